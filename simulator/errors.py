@@ -1,0 +1,27 @@
+"""Error types. A user mistake is a ``ConfigError`` or an ``InfeasiblePlan``; anything else is a bug.
+
+The CLI turns every ``SimulatorError`` into one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+
+class SimulatorError(Exception):
+    """Base of every error caused by user input (never by a bug)."""
+
+
+class ConfigError(SimulatorError):
+    """A bad input value: names the file, the field and the offending value."""
+
+    def __init__(self, source: str, field: str, value: object, problem: str):
+        self.source, self.field, self.value, self.problem = source, field, value, problem
+        where = f"{source}: " if source else ""
+        field_part = f"field '{field}'" if field else "input"
+        super().__init__(f"{where}{field_part} = {value!r}: {problem}")
+
+
+class InfeasiblePlan(SimulatorError):
+    """A plan that cannot run on the given cluster and model; the message is the reason."""
+
+
+class PredictorError(SimulatorError):
+    """The kernel predictor cannot answer (missing weights, unsupported dtype on a GPU, ...)."""

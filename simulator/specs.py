@@ -1,0 +1,198 @@
+"""Validated input types: the only shapes in which user input enters the simulator.
+
+Every spec is a frozen pydantic model in SI units (seconds, bytes, bytes/s, FLOP/s, hertz, watts).
+YAML files may use conventional units in their keys (``bandwidth_GBps``, ``latency_us``); those are
+converted once by :func:`simulator.units.to_si` before validation, never later.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Bytes per element as stored in memory (tf32 is an fp32 storage format with a tensor-core math mode).
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+Architecture = Literal["pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuSpec(Spec):
+    """One GPU model, from a vendor datasheet. Peak FLOP/s are dense (no sparsity).
+
+    ``peak_flops_per_s['fp32']`` is the CUDA-core FP32 rate; ``tf32``, ``fp16``, ``bf16`` and ``fp8``
+    are tensor-core rates where the GPU has them (``fp16`` on pre-Volta parts is the CUDA-core rate).
+    ``nvlink_bandwidth_bytes_per_s`` is the GPU's total NVLink line rate per direction.
+    """
+
+    name: str
+    architecture: Architecture
+    sms: PositiveInt
+    base_clock_hz: PositiveFloat
+    boost_clock_hz: PositiveFloat
+    tdp_w: PositiveFloat
+    memory_bytes: PositiveFloat
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    l2_bytes: PositiveFloat
+    peak_flops_per_s: dict[Dtype, PositiveFloat]
+    nvlink_generation: int = Field(0, ge=0)
+    nvlink_links: int = Field(0, ge=0)
+    nvlink_bandwidth_bytes_per_s: float = Field(0.0, ge=0)
+    pcie_generation: int = Field(3, ge=1, le=6)
+    pcie_lanes: PositiveInt = 16
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _needs_fp32(self) -> "GpuSpec":
+        if "fp32" not in self.peak_flops_per_s:
+            raise ValueError("peak_flops_per_s must include fp32")
+        if self.boost_clock_hz < self.base_clock_hz:
+            raise ValueError("boost clock below base clock")
+        return self
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.peak_flops_per_s
+
+
+IntraKind = Literal["nvswitch", "nvlink_mesh", "nvlink_pairs", "pcie"]
+InterTopology = Literal["rail_optimized", "fat_tree"]
+
+
+class IntraNodeSpec(Spec):
+    """Fabric inside one node. Bandwidths are line rates per GPU per direction; ``efficiency`` is the
+    fraction NCCL-style transfers actually reach (see ``topology.graph`` for the defaults' sources)."""
+
+    kind: IntraKind
+    bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # default: the GPU's NVLink or PCIe rate
+    latency_s: float = Field(1.0e-6, ge=0)
+    efficiency: Optional[float] = Field(None, gt=0, le=1)
+    pcie_bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # GPU <-> host/NIC link; default from pcie_generation
+
+
+class InterNodeSpec(Spec):
+    """Fabric between nodes: NICs into leaf switches, leaves into spines."""
+
+    nics_per_node: PositiveInt
+    nic_bandwidth_bytes_per_s: PositiveFloat  # line rate per NIC per direction
+    topology: InterTopology = "rail_optimized"
+    oversubscription: float = Field(1.0, ge=1.0)  # leaf downlink : uplink bandwidth
+    nodes_per_leaf: PositiveInt = 32  # fat_tree only: nodes under one leaf switch
+    latency_s: float = Field(5.0e-6, ge=0)
+    efficiency: float = Field(0.94, gt=0, le=1)
+
+
+class ClusterSpec(Spec):
+    name: str
+    gpu: GpuSpec
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    intra_node: IntraNodeSpec
+    inter_node: Optional[InterNodeSpec] = None
+    price_per_gpu_hour_usd: Optional[float] = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _multi_node_needs_network(self) -> "ClusterSpec":
+        if self.nodes > 1 and self.inter_node is None:
+            raise ValueError("a cluster with more than one node needs an inter_node section")
+        if self.intra_node.kind == "nvlink_pairs" and self.gpus_per_node % 2:
+            raise ValueError("nvlink_pairs needs an even number of GPUs per node")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+class WorkloadSpec(Spec):
+    """A transformer. ``ffn_hidden`` is the width of the MLP's inner layer (per gate for SwiGLU)."""
+
+    name: str
+    architecture: Literal["decoder", "encoder"] = "decoder"
+    layers: PositiveInt
+    hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: Optional[PositiveInt] = None
+    ffn_hidden: PositiveInt
+    vocab: PositiveInt
+    seq_len: PositiveInt
+    tied_embeddings: bool = True
+    activation: Literal["gelu", "relu", "swiglu"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    position_embedding: Literal["learned", "rope", "none"] = "learned"
+    bias: bool = True
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "WorkloadSpec":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} is not a multiple of heads={self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+
+class PlanSpec(Spec):
+    """A parallel plan. ``global_batch_size`` counts sequences per optimizer step."""
+
+    dp: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    micro_batch_size: PositiveInt = 1
+    global_batch_size: PositiveInt = 1
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
+    attention: Literal["auto", "flash", "unfused"] = "auto"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.global_batch_size // (self.dp * self.micro_batch_size)
+
+    @property
+    def mixed_precision(self) -> bool:
+        return self.dtype in ("bf16", "fp16")
+
+
+def parse_spec(cls: type[Spec], raw: object, source: str, prefix: str = "") -> Spec:
+    """Validate raw (unit-suffixed) data into ``cls``; any problem becomes a one-line ``ConfigError``.
+
+    ``prefix`` is prepended to field paths in error messages (e.g. ``gpu.`` for an inline GPU).
+    """
+    from pydantic import ValidationError
+
+    from .errors import ConfigError
+    from .units import to_si
+
+    if not isinstance(raw, dict):
+        raise ConfigError(source, prefix.rstrip("."), raw, "expected a mapping of fields")
+    data, renamed = to_si(raw)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = [renamed.get(str(p), str(p)) for p in err["loc"]]
+        field = prefix + ".".join(path)
+        value = err.get("input")
+        if isinstance(value, dict):
+            value = "{...}"
+        problem = err["msg"]
+        if err["type"] == "extra_forbidden":
+            problem = "unknown field"
+        elif err["type"] == "missing":
+            problem, value = "required field is missing", None
+        raise ConfigError(source, field, value, problem) from None
