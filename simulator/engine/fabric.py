@@ -25,7 +25,11 @@ class _Flow:
 
 
 def max_min_rates(flows: list[tuple[Edge, ...]], capacity: dict[Edge, float]) -> list[float]:
-    """Max-min fair rate of each flow (given as its edge list) under per-edge ``capacity``."""
+    """Max-min fair rate of each flow (given as its edge list) under per-edge ``capacity``.
+
+    Each round freezes the flows of every edge whose fair share equals the current minimum, so a
+    symmetric collective resolves in one round whatever its size.
+    """
     rates = [0.0] * len(flows)
     users: dict[Edge, list[int]] = {}
     for i, edges in enumerate(flows):
@@ -34,18 +38,19 @@ def max_min_rates(flows: list[tuple[Edge, ...]], capacity: dict[Edge, float]) ->
     left = {e: capacity[e] for e in users}
     active = {e: len(ids) for e, ids in users.items()}
     frozen = [False] * len(flows)
-    pending = len(flows)
-    while pending:
-        edge = min((e for e in active if active[e] > 0), key=lambda e: (left[e] / active[e], e))
-        share = left[edge] / active[edge]
-        for i in users[edge]:
-            if frozen[i]:
-                continue
-            frozen[i], rates[i] = True, share
-            pending -= 1
-            for e in flows[i]:
-                left[e] = max(left[e] - share, 0.0)
-                active[e] -= 1
+    while active:
+        shares = {e: left[e] / n for e, n in active.items()}
+        low = min(shares.values())
+        for edge in [e for e, s in shares.items() if s <= low * (1 + 1e-12)]:
+            for i in users[edge]:
+                if frozen[i]:
+                    continue
+                frozen[i], rates[i] = True, low
+                for e in flows[i]:
+                    left[e] = max(left[e] - low, 0.0)
+                    active[e] -= 1
+                    if active[e] == 0:
+                        del active[e]
     return rates
 
 
@@ -57,16 +62,22 @@ class Fabric:
     _last_update: float = 0.0
     _generation: int = 0
 
-    def transfer(self, edges: tuple[Edge, ...], size_bytes: float) -> simpy.Event:
-        """An event that fires when ``size_bytes`` have crossed ``edges`` at the fair share."""
-        done = self.env.event()
-        if not edges or size_bytes <= 0:
-            done.succeed()
-            return done
+    def transfer(self, flows: list[tuple[tuple[Edge, ...], float]]) -> list[simpy.Event]:
+        """Start ``(edges, size_bytes)`` flows together; each event fires when its bytes have crossed
+        its edges at the fair share."""
+        events, added = [], False
         self._advance()
-        self._flows.append(_Flow(edges, float(size_bytes), done))
-        self._reschedule()
-        return done
+        for edges, size_bytes in flows:
+            done = self.env.event()
+            events.append(done)
+            if not edges or size_bytes <= 0:
+                done.succeed()
+            else:
+                self._flows.append(_Flow(edges, float(size_bytes), done))
+                added = True
+        if added:
+            self._reschedule()
+        return events
 
     def _advance(self) -> None:
         dt = self.env.now - self._last_update
@@ -89,8 +100,11 @@ class Fabric:
         if generation != self._generation:
             return
         self._advance()
-        finished = [f for f in self._flows if f.remaining <= _EPS_BYTES + 1e-9 * f.rate]
-        self._flows = [f for f in self._flows if f not in finished]
-        for f in finished:
-            f.done.succeed()
+        still = []
+        for f in self._flows:
+            if f.remaining <= _EPS_BYTES + 1e-9 * f.rate:
+                f.done.succeed()
+            else:
+                still.append(f)
+        self._flows = still
         self._reschedule()

@@ -19,11 +19,12 @@ class _Run:
     def __init__(self, program: Program, topo: Topology):
         self.env = simpy.Environment()
         self.topo = topo
-        capacity = {e: d["capacity_bytes_per_s"] for *e, d in topo.graph.edges(data=True)}
-        self.fabric = Fabric(self.env, {tuple(e): c for e, c in capacity.items()})
+        capacity = {(u, v): d["capacity_bytes_per_s"] for u, v, d in topo.graph.edges(data=True)}
+        self.fabric = Fabric(self.env, capacity)
         self.done = {t.id: self.env.event() for t in program.tasks}
         self.arrived: dict[int, int] = {}
         self.started: dict[int, float] = {}
+        self.plans: dict[tuple, tuple[float, list]] = {}
         self.intervals: list[Interval] = []
         streams: dict[tuple[int, str], list[Task]] = {}
         for t in program.tasks:
@@ -50,17 +51,31 @@ class _Run:
                 start = self.started[task.id]
                 self.intervals.append(Interval(rank, "comm", task.name, task.category, start, self.env.now))
 
+    def _flows(self, task: CommTask) -> tuple[float, list[tuple[tuple, float]]]:
+        """Latency and routed flows of a call, memoised by signature. Mirror groups whose routes share no
+        link with the real group's are dropped: being symmetric copies, they cannot change its timing."""
+        key = (task.collective, task.groups, task.size_bytes)
+        cached = self.plans.get(key)
+        if cached is None:
+            real, *mirrors = [lower_collective(self.topo, task.collective, g, task.size_bytes) for g in task.groups]
+            routed = [(route(self.topo, f.src, f.dst), f.size_bytes) for f in real.flows]
+            used = {e for edges, _ in routed for e in edges}
+            latency = real.latency_s
+            for plan in mirrors:
+                extra = [(route(self.topo, f.src, f.dst), f.size_bytes) for f in plan.flows]
+                if any(e in used for edges, _ in extra for e in edges):
+                    routed += extra
+                    latency = max(latency, plan.latency_s)
+            cached = self.plans[key] = (latency, routed)
+        return cached
+
     def _collective(self, task: CommTask):
         self.started[task.id] = self.env.now
-        plans = [lower_collective(self.topo, task.collective, g, task.size_bytes) for g in task.groups]
-        latency = max((p.latency_s for p in plans), default=0.0)
+        latency, flows = self._flows(task)
         if latency > 0:
             yield self.env.timeout(latency)
-        transfers = [
-            self.fabric.transfer(route(self.topo, f.src, f.dst), f.size_bytes) for p in plans for f in p.flows
-        ]
-        if transfers:
-            yield self.env.all_of(transfers)
+        if flows:
+            yield self.env.all_of(self.fabric.transfer(flows))
         self.done[task.id].succeed()
 
 
@@ -72,5 +87,5 @@ def run(program: Program, topo: Topology) -> Trace:
     if unfinished:
         raise RuntimeError(f"program deadlocked: {len(unfinished)} tasks never ran (first: {unfinished[:5]})")
     intervals = tuple(sorted(sim.intervals, key=lambda i: (i.rank, i.start_s, i.stream, i.name)))
-    events = getattr(sim.env, "_eid", 0)
+    events = next(sim.env._eid)  # SimPy numbers every scheduled event; the next id is the count
     return Trace(intervals, program.ranks, dict(program.multiplicity), events)

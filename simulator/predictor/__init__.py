@@ -3,7 +3,20 @@ from .base import MemoisedPredictor, Predictor
 from .kernels import OPS, Kernel
 from .roofline import RooflinePredictor
 
-__all__ = ["OPS", "Kernel", "MemoisedPredictor", "Predictor", "RooflinePredictor", "get_predictor"]
+__all__ = ["OPS", "Kernel", "MemoisedPredictor", "Predictor", "RooflinePredictor", "available_predictors", "get_predictor"]
+
+
+def available_predictors() -> list[str]:
+    """Names ``get_predictor`` accepts on this installation."""
+    names = ["roofline"]
+    try:
+        from . import mlp  # noqa: F401
+
+        if mlp.weights_available():
+            names.insert(0, "mlp")
+    except (ImportError, AttributeError):
+        pass
+    return names
 
 
 def get_predictor(name: str = "roofline") -> Predictor:

@@ -1,0 +1,36 @@
+"""Feasibility of a plan on a cluster and model: every reason a plan cannot run, as InfeasiblePlan."""
+from __future__ import annotations
+
+from ..errors import InfeasiblePlan
+from ..specs import ClusterSpec, PlanSpec, WorkloadSpec
+
+
+def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[str]:
+    reasons = []
+    if plan.num_gpus != cluster.num_gpus:
+        reasons.append(
+            f"dp*tp*pp = {plan.dp}*{plan.tp}*{plan.pp} = {plan.num_gpus} but the cluster '{cluster.name}' has "
+            f"{cluster.num_gpus} GPUs ({cluster.nodes} nodes x {cluster.gpus_per_node})")
+    if model.heads % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide {model.heads} attention heads")
+    elif model.num_kv_heads % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide {model.num_kv_heads} key/value heads")
+    if model.ffn_hidden % plan.tp:
+        reasons.append(f"tp={plan.tp} does not divide ffn_hidden={model.ffn_hidden}")
+    if model.layers % plan.pp:
+        reasons.append(f"pp={plan.pp} does not divide {model.layers} layers")
+    per_step = plan.dp * plan.micro_batch_size
+    if plan.global_batch_size % per_step:
+        reasons.append(
+            f"global batch {plan.global_batch_size} is not a multiple of dp*micro-batch = "
+            f"{plan.dp}*{plan.micro_batch_size} = {per_step}")
+    if not cluster.gpu.supports(plan.dtype):
+        reasons.append(f"{cluster.gpu.name} has no {plan.dtype} support (it has {', '.join(cluster.gpu.peak_flops_per_s)})")
+    return reasons
+
+
+def check_plan(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> None:
+    """Raise InfeasiblePlan naming every violated constraint; return None if the plan can run."""
+    reasons = _reasons(plan, cluster, model)
+    if reasons:
+        raise InfeasiblePlan("infeasible plan: " + "; ".join(reasons))

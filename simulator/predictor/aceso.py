@@ -1,0 +1,110 @@
+"""Kernel decomposition of the Aceso (Megatron-LM GPT layer) ops profiled in Sailor's data.
+
+Aceso times each op of a transformer layer with host clocks, forward and backward separately, with
+sequence length 2048. One op may launch several kernels; this module lists them so that training can
+fit the *sum* of their predicted times. Decompositions follow Megatron-LM's GPT layer (fused
+bias-GELU, bias-dropout-add, FusedScaleMaskSoftmax, apex FusedLayerNorm):
+
+* Linear layers ``y = x W^T``: forward one GEMM (layout ``nt``); backward the input gradient
+  (``nn``) and the weight gradient (``tn``, reduction over tokens); a column-parallel layer with its
+  bias (QKV) also reduces the bias gradient.
+* Attention score ``Q K^T`` and context ``P V``: batched GEMMs over micro-batch x heads; backward two
+  batched GEMMs each. The context is made contiguous (a copy) after the BMM.
+
+Skipped because their composition is uncertain or dominated by other work: the embedding (forward
+gather, backward dense scatter into the vocab table), ``gpt-post-process`` (LM head + vocab-parallel
+cross entropy), ``final-layernorm`` (its backward also carries part of the head's gradient) and the
+fp32 softmax (Megatron falls back to an unfused torch path whose kernels are not documented).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from .kernels import Kernel
+
+SEQ_LEN = 2048
+#: (hidden, heads, ffn) of the profiled models (Megatron GPT configurations used by Aceso).
+MODELS = {"GPT-Neo-2.7": (2560, 32, 10240), "OPT-350": (1024, 16, 4096), "OPT-30": (7168, 56, 28672)}
+
+
+class LayerShapes(NamedTuple):
+    tokens: int
+    batch: int  # micro-batch size
+    hidden: int
+    heads: int
+    ffn: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def aceso_model_shapes(model: str, micro_batch: int) -> Optional[LayerShapes]:
+    if model not in MODELS:
+        return None
+    h, heads, ffn = MODELS[model]
+    return LayerShapes(micro_batch * SEQ_LEN, micro_batch, h, heads, ffn)
+
+
+def _linear(direction: str, dtype: str, tokens: int, n_in: int, n_out: int, bias_grad: bool) -> tuple[Kernel, ...]:
+    if direction == "fwd":
+        return (Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"),)
+    kernels = (Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
+               Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn"))
+    bias = Kernel("reduce", "fp32" if dtype == "tf32" else dtype, (tokens, n_out))
+    return kernels + ((bias,) if bias_grad else ())
+
+
+def _attention(op: str, direction: str, dtype: str, s: LayerShapes) -> tuple[Kernel, ...]:
+    b, d = s.batch * s.heads, s.head_dim
+    if op == "score":  # S = Q K^T: (b, s, s, k=d); grads dQ = dS K, dK = dS^T Q: (b, s, d, k=s)
+        if direction == "fwd":
+            return (Kernel("gemm", dtype, (b, SEQ_LEN, SEQ_LEN, d), "nt"),)
+        return (Kernel("gemm", dtype, (b, SEQ_LEN, d, SEQ_LEN), "nn"),
+                Kernel("gemm", dtype, (b, SEQ_LEN, d, SEQ_LEN), "tn"))
+    copy = Kernel("copy", "fp32" if dtype == "tf32" else dtype, (s.tokens, s.hidden))  # -> [s, b, h] contiguous
+    if direction == "fwd":  # O = P V: (b, s, d, k=s)
+        return (Kernel("gemm", dtype, (b, SEQ_LEN, d, SEQ_LEN), "nn"), copy)
+    return (copy, Kernel("gemm", dtype, (b, SEQ_LEN, SEQ_LEN, d), "nt"),  # dP = dO V^T
+            Kernel("gemm", dtype, (b, SEQ_LEN, d, SEQ_LEN), "tn"))  # dV = P^T dO
+
+
+def _bias_dropout_add(direction: str, dtype: str, s: LayerShapes) -> tuple[Kernel, ...]:
+    shape = (s.tokens, s.hidden)
+    if direction == "fwd":
+        return (Kernel("dropout", dtype, shape), Kernel("add", dtype, shape))
+    return (Kernel("dropout_bwd", dtype, shape), Kernel("reduce", dtype, shape))
+
+
+def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
+                  gemm_dtype: Optional[str] = None) -> tuple[Kernel, ...]:
+    """Kernels of one Aceso op (``direction`` 'fwd' or 'bwd'); empty when the op is not modelled.
+    ``gemm_dtype`` is the math dtype of the GEMMs (``tf32`` for fp32 runs on Ampere)."""
+    name = op_name.replace("enc-", "")
+    g = gemm_dtype or dtype
+    rows_attn = s.batch * s.heads * SEQ_LEN
+    if name in ("1st-layernorm", "2nd-layernorm"):
+        return (Kernel("layernorm" if direction == "fwd" else "layernorm_bwd", dtype, (s.tokens, s.hidden)),)
+    if name == "attention-qkv":
+        return _linear(direction, g, s.tokens, s.hidden, 3 * s.hidden, bias_grad=True)
+    if name == "attention-dense":
+        return _linear(direction, g, s.tokens, s.hidden, s.hidden, bias_grad=False)
+    if name == "MLP-GEMM-1":
+        return _linear(direction, g, s.tokens, s.hidden, s.ffn, bias_grad=False)
+    if name == "MLP-GEMM-2":
+        return _linear(direction, g, s.tokens, s.ffn, s.hidden, bias_grad=False)
+    if name == "attention-score":
+        return _attention("score", direction, g, s)
+    if name == "attention-context":
+        return _attention("context", direction, g, s)
+    if name == "attention-softmax" and dtype != "fp32":
+        return (Kernel("softmax" if direction == "fwd" else "softmax_bwd", dtype, (rows_attn, SEQ_LEN)),)
+    if name == "attention-dropout":
+        return (Kernel("dropout" if direction == "fwd" else "dropout_bwd", dtype, (rows_attn, SEQ_LEN)),)
+    if name in ("post-attention-dropout", "post-MLP-dropout"):
+        return _bias_dropout_add(direction, dtype, s)
+    if name == "MLP-gelu":  # fused bias-GELU; backward also reduces the bias gradient
+        if direction == "fwd":
+            return (Kernel("gelu", dtype, (s.tokens, s.ffn)),)
+        return (Kernel("gelu_bwd", dtype, (s.tokens, s.ffn)), Kernel("reduce", dtype, (s.tokens, s.ffn)))
+    return ()

@@ -1,0 +1,236 @@
+"""Measured kernel latencies from every source, in one uniform table.
+
+Each loader reads one source of ``../shared/data`` (or the project's own collected data) and converts
+its units, shape conventions and timing method *here and only here*. The result is a list of
+``Measurement``: the kernels one timing covers (usually one), the GPU's catalog name, the measured
+latency in seconds, the profiled kernel name when known, the source and the source's timing method.
+
+Timing methods (what the number includes besides device kernel time):
+
+* ``kernel``   -- device time of the kernels only (profiler). Vidur.
+* ``event``    -- CUDA events around the framework call: kernel time plus the host dispatch of the op
+                  (tens of microseconds on the hosts used). NeuSight ("mean of the 5 fastest of 25").
+* ``host``     -- host clock around the call and a synchronize: kernel time plus dispatch, launch and
+                  synchronisation of every kernel. Aceso (Sailor).
+
+Training models the difference as an additive per-source overhead (``training``); the predictor
+itself predicts device kernel time.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import ConfigError
+from ..hardware.catalog import load_gpu
+from ..specs import GpuSpec
+from .aceso import aceso_kernels, aceso_model_shapes
+from .kernels import Kernel
+
+DATA_ENV = "SIMULATOR_DATA"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: NeuSight op name -> kernel op (``u`` suffix = scalar second operand).
+NEUSIGHT_OPS = {
+    "add": "add", "addu": "add_scalar", "mul": "mul", "mulu": "mul_scalar", "div": "div",
+    "divu": "div_scalar", "pow": "pow", "powu": "pow_scalar", "relu": "relu", "tanh": "tanh",
+    "gelu": "gelu", "ln": "layernorm", "softmax": "softmax", "bmm": "gemm", "linear": "gemm",
+}
+NEUSIGHT_TEST_FILES = ("bmm", "linear", "elem", "ln", "softmax")
+
+#: Vidur's GPU directories. The "a100" machines are Azure NC A100 v4 (A100 80GB PCIe): the same
+#: data set's network folder describes them as "4x A100-80GB PCIe with NVLink bridges in pairs".
+VIDUR_GPUS = {"a100": "A100-PCIE-80GB", "a40": "A40"}
+#: Aceso's folder names. "RTX-2080" is read as an RTX 2080 Ti: its memory-bound ops (dropout, GELU)
+#: run at 1.1-1.2x an RTX 2080's 448 GB/s and its fp32 GEMMs at 1.19x the 2080's peak, i.e. at the
+#: ~0.8 of 616 GB/s and ~0.9 of 13.4 TFLOP/s that every other GPU in the data reaches.
+ACESO_GPUS = {"A100-40": "A100-SXM4-40GB", "V100-16": "V100-SXM2-16GB", "RTX-2080": "RTX-2080-Ti",
+              "RTX-3090": "RTX-3090", "Titan-RTX": "Titan-RTX"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timing: ``latency_s`` covers all ``kernels`` run back to back plus the source's overhead."""
+
+    kernels: tuple[Kernel, ...]
+    gpu: str
+    latency_s: float
+    source: str
+    timing: str
+    label: str
+    kernel_name: str = ""
+    split: str = "train"
+
+
+def data_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The shared data folder: ``explicit``, else ``$SIMULATOR_DATA``, else ``<repo>/../shared/data``."""
+    for candidate, what in ((explicit, "--data"), (os.environ.get(DATA_ENV), DATA_ENV)):
+        if candidate:
+            path = Path(candidate)
+            if not path.is_dir():
+                raise ConfigError(what, "data", str(path), "not a directory")
+            return path
+    path = REPO_ROOT.parent / "shared" / "data"
+    if not path.is_dir():
+        raise ConfigError("", "data", str(path), f"measured data not found; pass --data DIR or set {DATA_ENV}")
+    return path
+
+
+def _rows(path: Path) -> Iterator[dict[str, str]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+        yield from csv.DictReader(fh)
+
+
+# --- NeuSight: fp32, Latency in ms, torch.bmm/nn.Linear with N as the reduction dim -------------------
+
+def neusight_kernel(op: str, row: dict[str, str]) -> Kernel:
+    """Kernel of one NeuSight row. bmm/linear ``A[B,M,N] @ W[B,N,K]`` -> gemm ``(b=B, m=M, n=K, k=N)``;
+    linear stores its weight as ``[out, in]`` (layout ``nt``). Vector ops are a ``B x H`` tensor."""
+    kop = NEUSIGHT_OPS[op]
+    if kop == "gemm":
+        b, m, n, k = (int(row[c]) for c in "BMNK")
+        return Kernel("gemm", "fp32", (b, m, k, n), "nt" if op == "linear" else "nn")
+    return Kernel(kop, "fp32", (int(row["B"]), int(row["H"])))
+
+
+def load_neusight(root: Path, split: str = "train") -> list[Measurement]:
+    """NeuSight kernels: ``split='train'`` (random shapes) or ``'test'`` (transformer shapes)."""
+    base = root / "neusight" / "kernels"
+    files = (sorted((base / "train").glob("*/*.csv.gz")) if split == "train"
+             else [base / "test_shapes" / f"{name}.csv.gz" for name in NEUSIGHT_TEST_FILES])
+    out = []
+    for path in files:
+        for row in _rows(path):
+            op = row["OPName"]
+            if op not in NEUSIGHT_OPS:
+                continue
+            out.append(Measurement((neusight_kernel(op, row),), load_gpu(row["Device"]).name,
+                                   float(row["Latency"]) * 1e-3, "neusight", "event", op,
+                                   row.get("Kernel Name", ""), split))
+    return out
+
+
+# --- Vidur: fp16 forward ops, per-op CUDA kernel time in ms (median of repeats) -----------------------
+
+def vidur_kernels(op: str, tokens: int, tp: int, cfg: dict[str, str], norm: str) -> tuple[Kernel, ...]:
+    """Kernels of one Vidur op for ``tokens`` tokens on one of ``tp`` tensor-parallel ranks.
+
+    GEMMs are ``x @ W^T``: m = tokens, k = input features, n = output features (layout ``nt``)."""
+    h, ffn = int(cfg["n_embd"]), int(cfg["n_expanded_embd"])
+    heads, kv = int(cfg["n_head"]), int(cfg["n_kv_head"])
+    hd, gated = h // heads, cfg["use_gated_mlp"] == "True"
+    qkv_out = (heads + 2 * kv) * hd // tp
+    g = lambda n, k: Kernel("gemm", "fp16", (1, tokens, n, k), "nt")  # noqa: E731
+    table = {
+        "attn_pre_proj": g(qkv_out, h),
+        "attn_post_proj": g(h, heads * hd // tp),
+        "mlp_up_proj": g(ffn * (2 if gated else 1) // tp, h),
+        "mlp_down_proj": g(h, ffn // tp),
+        "mlp_act": Kernel("swiglu" if gated else "gelu", "fp16", (tokens, ffn // tp)),
+        "input_layernorm": Kernel(norm, "fp16", (tokens, h)),
+        "attn_rope": Kernel("rope", "fp16", (tokens, (heads + kv) * hd // tp)),  # in place on q and k
+        "add": Kernel("add", "fp16", (tokens, h)),
+        "emb": Kernel("embedding", "fp16", (tokens, h, int(cfg["vocab_size"]) // tp)),
+    }
+    return (table[op],)
+
+
+VIDUR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "mlp_act",
+             "input_layernorm", "attn_rope", "add", "emb")
+
+
+def load_vidur(root: Path) -> list[Measurement]:
+    out = []
+    for gpu_dir, gpu in VIDUR_GPUS.items():
+        for path in sorted((root / "vidur" / "compute" / gpu_dir).glob("*/*/mlp.csv.gz")):
+            norm = "layernorm" if "phi" in path.parent.name.lower() else "rmsnorm"  # phi-2 uses LayerNorm
+            for row in _rows(path):
+                tokens, tp = int(row["num_tokens"]), int(row["num_tensor_parallel_workers"])
+                for op in VIDUR_OPS:
+                    ms = float(row[f"time_stats.{op}.median"])
+                    if ms > 0:
+                        out.append(Measurement(vidur_kernels(op, tokens, tp, row, norm), gpu, ms * 1e-3,
+                                               "vidur", "kernel", op))
+    return out
+
+
+# --- Aceso (Sailor): fp16/fp32 forward and backward ops, host-timed, microseconds ---------------------
+
+def load_aceso(root: Path) -> list[Measurement]:
+    """Aceso per-op profiles with tensor parallelism 1 only: at tp > 1 the published times include the
+    tensor-parallel all-reduce. Ops without a reliable kernel decomposition are skipped (see aceso.py).
+
+    "fp32" GEMMs on Ampere ran as TF32 (PyTorch < 1.12 allowed TF32 matmuls by default; the A100's
+    fp32 GEMMs reach 6x its CUDA-core fp32 peak), so they become ``tf32`` kernels there."""
+    out = []
+    for gpu_dir, gpu in ACESO_GPUS.items():
+        has_tf32 = "tf32" in load_gpu(gpu).peak_flops_per_s
+        for dtype in ("fp16", "fp32"):
+            folder = root / "sailor" / "aceso" / gpu_dir / f"profiled-data-{dtype}"
+            for path in sorted(folder.glob("*_tp1_algo0.csv")):
+                model, mbs = path.stem.split("_mbs")
+                shapes = aceso_model_shapes(model, int(mbs.split("_")[0]))
+                if shapes is None:
+                    continue
+                for row in _rows(path):
+                    for direction, column in (("fwd", "forward-compute"), ("bwd", "backward-compute")):
+                        kernels = aceso_kernels(row["op_name"], direction, dtype, shapes,
+                                                gemm_dtype="tf32" if dtype == "fp32" and has_tf32 else dtype)
+                        if kernels and float(row[column]) > 0:
+                            out.append(Measurement(kernels, gpu, float(row[column]) * 1e-6, "aceso", "host",
+                                                   f"{row['op_name']}:{direction}"))
+    return out
+
+
+# --- The project's own collections (``simulator collect``) ------------------------------------------
+
+COLLECTED_COLUMNS = ("op", "dtype", "shape", "layout", "latency_s", "kernel_name")
+
+
+def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]:
+    """A folder written by ``simulator collect``: ``kernels.csv`` plus ``gpu.yaml`` (device time, s)."""
+    from .collect import read_gpu_yaml
+
+    gpu = read_gpu_yaml(folder / "gpu.yaml")
+    out = []
+    for row in _rows(folder / "kernels.csv"):
+        shape = tuple(int(d) for d in row["shape"].split("x"))
+        kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout", ""))
+        out.append(Measurement((kernel,), gpu.name, float(row["latency_s"]), folder.name, "kernel",
+                               row["op"], row.get("kernel_name", "")))
+    return out, {gpu.name: gpu}
+
+
+def collected_folders(root: Path) -> list[Path]:
+    """Project-measured folders (each with kernels.csv and gpu.yaml) shipped beside the weights."""
+    base = Path(__file__).with_name("measured")
+    return sorted(p for p in base.glob("*") if (p / "kernels.csv").is_file()) if base.is_dir() else []
+
+
+def load_all(root: Path, include_test: bool = False) -> tuple[list[Measurement], dict[str, GpuSpec]]:
+    """Every training measurement, and the specs of every GPU they mention."""
+    rows = load_neusight(root, "train") + load_vidur(root) + load_aceso(root)
+    if include_test:
+        rows += load_neusight(root, "test")
+    gpus: dict[str, GpuSpec] = {}
+    for folder in collected_folders(root):
+        extra, specs = load_collected(folder)
+        rows += extra
+        gpus.update(specs)
+    for name in sorted({m.gpu for m in rows} - set(gpus)):
+        gpus[name] = load_gpu(name)
+    return rows, gpus
+
+
+def data_hash(rows: Iterable[Measurement]) -> str:
+    """Order-independent SHA-256 (first 16 hex digits) of the measurements, for weights metadata."""
+    digest = hashlib.sha256()
+    for line in sorted(f"{m.gpu}|{m.source}|{m.label}|{m.kernels}|{m.latency_s:.9g}" for m in rows):
+        digest.update(line.encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,141 @@
+"""Kernel + GPU -> the MLP's input features and the ideal (100 %-of-peak, wave-quantised) time.
+
+The GPU enters only through its specs, as *ratios to the kernel* (waves over its SMs, the kernel's
+arithmetic intensity over the GPU's ridge point, working set over its L2) plus a few dimensionless
+physics descriptor (board power per SM-GHz). No name, architecture one-hot or raw peak
+reaches the network: with a dozen training GPUs those act as identifiers and overfit.
+
+The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network, so a
+prediction is never faster than the roofline at 100 % of peak nor below the fixed launch cost.
+
+Two feature sets, one per network:
+
+* ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), waves, last-wave fill,
+  padding, split-K, reduction length per CTA, layout, math unit and element size.
+* ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
+  128-thread CTAs, row length for row-wise ops, intensity, working set / L2, op kind and direction.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import PredictorError
+from ..specs import DTYPE_BYTES, GpuSpec
+from .kernels import OPS, Kernel
+from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, threads_per_sm, vector_blocks,
+                     vector_waves)
+
+LAYOUTS = ("nn", "nt", "tn")
+VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
+GPU_FEATURES = ("log2_power_w_per_sm_ghz",)
+GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "last_wave_fill", "padding_efficiency",
+                 "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced", "log2_k_per_cta", "log2_bytes_over_l2",
+                 "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS) + GPU_FEATURES
+VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
+                   "log2_bytes_over_l2", "log2_element_bytes", "backward", "transcendental") + tuple(
+                       f"kind_{k}" for k in VECTOR_KINDS) + GPU_FEATURES
+
+
+def vector_kind(op: str) -> str:
+    """Which trained behaviour a vector op shares (ops without own data map to the nearest kind)."""
+    family = OPS[op].family
+    if family in ("norm", "softmax"):
+        return family
+    if op.startswith("dropout"):
+        return "dropout"
+    if op.startswith("embedding"):
+        return "gather"
+    return "elementwise"
+
+
+def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
+    """Datasheet FLOP/s for a kernel: the dtype's matrix rate for GEMM/attention, else fp32 CUDA cores."""
+    if family in ("gemm", "attention"):
+        rate = gpu.peak_flops_per_s.get(dtype)
+        if rate is None:
+            raise PredictorError(f"{gpu.name} has no {dtype} matrix support (has {sorted(gpu.peak_flops_per_s)})")
+        return rate
+    return gpu.peak_flops_per_s["fp32"]
+
+
+def gpu_descriptors(gpu: GpuSpec) -> np.ndarray:
+    """Physics of the board beyond the kernel-relative ratios: board power per SM-GHz (power-limited
+    parts such as the T4 or L4 cannot hold their boost clock under load)."""
+    power = gpu.tdp_w / (gpu.sms * gpu.boost_clock_hz / 1e9)
+    return np.array([np.log2(power)])
+
+
+def _log2(x) -> np.ndarray:
+    return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-30))
+
+
+def _with_gpu(columns: list[np.ndarray], gpu: GpuSpec, n: int) -> np.ndarray:
+    return np.column_stack(columns + [np.full(n, v) for v in gpu_descriptors(gpu)])
+
+
+def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(features [N, len(GEMM_FEATURES)], ideal time s [N]) for GEMM kernels of one dtype or several."""
+    n = len(kernels)
+    shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
+    dtypes = [k.dtype for k in kernels]
+    peaks = np.array([peak_flops(d, "gemm", gpu) for d in dtypes])
+    tensor = np.array([d != "fp32" and gpu.architecture != "pascal" for d in dtypes])
+    elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
+    tiles = np.zeros((n, 4), dtype=np.int64)
+    for unit, peak_key in (("simt", False), ("tensor", True)):
+        for peak in np.unique(peaks[tensor == peak_key]):
+            sel = (tensor == peak_key) & (peaks == peak)
+            tiles[sel] = choose_gemm_tiles(shapes[sel], gpu, unit, float(peak))
+    tm, tn, split, sliced = tiles.T
+    b, m, nn, k = shapes.T.astype(float)
+    k_slice = np.ceil(np.maximum(k, 1) / split)
+    waves = gemm_waves(shapes, tm, tn, split, gpu.sms)
+    resident = ctas_per_sm(tm, tn)
+    blocks = gemm_blocks(shapes, tm, tn, split)
+    t_compute = waves * resident * 2.0 * tm * tn * k_slice / (peaks / gpu.sms)
+    bytes_ = elem * b * (m * k + k * nn + m * nn)
+    bw = gpu.memory_bandwidth_bytes_per_s
+    t_memory = bytes_ / bw + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0)
+    t_ideal = np.maximum(t_compute, t_memory)
+    padded = np.ceil(m / tm) * tm * np.ceil(nn / tn) * tn
+    layout = [np.array([k_.layout == x for k_ in kernels], dtype=float) for x in LAYOUTS]
+    cols = [_log2(t_ideal / 1e-6), _log2(t_compute / t_memory), _log2(waves), blocks / (waves * gpu.sms * resident),
+            m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
+            _log2(k_slice), _log2(bytes_ / gpu.l2_bytes), tensor.astype(float), _log2(elem)] + layout
+    return _with_gpu(cols, gpu, n), t_ideal
+
+
+def _vector_dims(kernel: Kernel) -> tuple[int, int]:
+    """(rows, cols) of a vector kernel: embeddings are tokens x hidden, flat ops one row."""
+    s = kernel.shape
+    if len(s) == 1:
+        return 1, int(s[0])
+    return int(s[0]), int(s[1])
+
+
+def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(features [N, len(VECTOR_FEATURES)], ideal time s [N]) for non-GEMM, non-attention kernels."""
+    n = len(kernels)
+    dims = np.array([_vector_dims(k) for k in kernels], dtype=np.int64).reshape(n, 2)
+    kinds = [vector_kind(k.op) for k in kernels]
+    rowwise = np.array([kd in ("softmax", "norm") for kd in kinds])
+    flops = np.array([k.flops for k in kernels], dtype=float)
+    bytes_ = np.array([k.bytes for k in kernels], dtype=float)
+    elem = np.array([DTYPE_BYTES[k.dtype] for k in kernels], dtype=float)
+    t_compute = flops / gpu.peak_flops_per_s["fp32"]
+    t_memory = bytes_ / gpu.memory_bandwidth_bytes_per_s
+    blocks, _ = vector_blocks(dims[:, 0], dims[:, 1], dims[:, 0] * dims[:, 1], rowwise)
+    waves, fill = vector_waves(blocks, gpu)
+    t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-9)
+    kind_cols = [np.array([kd == x for kd in kinds], dtype=float) for x in VECTOR_KINDS]
+    cols = [_log2(t_ideal / 1e-6), _log2(np.maximum(t_compute, 1e-12) / np.maximum(t_memory, 1e-12)), _log2(waves),
+            fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(bytes_ / gpu.l2_bytes), _log2(elem),
+            np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
+            np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float)] + kind_cols
+    return _with_gpu(cols, gpu, n), t_ideal
+
+
+__all__ = ["GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",
+           "threads_per_sm"]

@@ -1,0 +1,75 @@
+"""The torch model that is trained (torch is imported only by training; inference is ``mlp.py``).
+
+Per kernel: ``latency = t_fixed + t_ideal / u`` with ``u = sigmoid(MLP(features))`` in (0, 1) and
+``t_fixed`` a positive fitted constant per network (kernel launch/ramp time on the device). Per
+measurement (a timing that covers one or several kernels), the kernel latencies are summed and the
+source's timing overhead is added (``dataset`` explains the timing methods):
+
+    measured = sum(kernel latencies) + overhead[source, op label] * exp(host_factor[source, GPU])
+
+The overhead terms are nuisance parameters: they exist only to read the host-timed sources
+correctly and are not used to predict kernels. ``host_factor`` is L2-regularised towards 0, which is
+the value used for a GPU never seen.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+HIDDEN = (64, 64, 64)
+OVERHEAD_SCALE_S = 1e-5  # overhead = softplus(raw) x 10 us
+
+
+class UtilisationMLP(nn.Module):
+    """Features clipped to the training range (no wild extrapolation for an unusual GPU), standardised
+    -> SiLU MLP -> one logit (utilisation = sigmoid(logit))."""
+
+    def __init__(self, n_features: int, stats, hidden: tuple[int, ...] = HIDDEN):
+        super().__init__()
+        for name, value in zip(("mean", "std", "lo", "hi"), stats):
+            self.register_buffer(name, torch.as_tensor(value, dtype=torch.float32))
+        layers: list[nn.Module] = []
+        width = n_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.SiLU()]
+            width = h
+        layers.append(nn.Linear(width, 1))
+        self.net = nn.Sequential(*layers)
+        with torch.no_grad():  # start near 50 % utilisation
+            self.net[-1].weight.mul_(0.1)
+            self.net[-1].bias.fill_(0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.maximum(torch.minimum(x, self.hi), self.lo)
+        return self.net((x - self.mean) / self.std).squeeze(-1)
+
+
+class KernelModel(nn.Module):
+    """Both networks, the fixed kernel times and the timing-overhead nuisance parameters."""
+
+    def __init__(self, routes: dict[str, tuple[int, tuple]], n_labels: int, n_hosts: int,
+                 hidden: tuple[int, ...] = HIDDEN):
+        super().__init__()
+        self.nets = nn.ModuleDict({r: UtilisationMLP(n, stats, hidden) for r, (n, stats) in routes.items()})
+        self.log_fixed_s = nn.ParameterDict({r: nn.Parameter(torch.tensor(float(torch.log(torch.tensor(2e-6)))))
+                                             for r in routes})
+        self.overhead_raw = nn.Parameter(torch.ones(max(n_labels, 1)))
+        self.host_factor = nn.Parameter(torch.zeros(max(n_hosts, 1)))
+
+    def kernel_latency_s(self, route: str, x: torch.Tensor, ideal_s: torch.Tensor) -> torch.Tensor:
+        logit = self.nets[route](x)
+        return torch.exp(self.log_fixed_s[route]) + ideal_s * (1.0 + torch.exp(-logit))
+
+    def overhead_s(self, label_idx: torch.Tensor, host_idx: torch.Tensor, timed_on_host: torch.Tensor) -> torch.Tensor:
+        base = nn.functional.softplus(self.overhead_raw[label_idx]) * OVERHEAD_SCALE_S
+        return torch.where(timed_on_host, base * torch.exp(self.host_factor[host_idx]), torch.zeros_like(base))
+
+
+def export_net(net: UtilisationMLP) -> dict[str, "object"]:
+    """The numpy arrays of one network, for ``mlp.py`` (weights transposed to x @ W + b)."""
+    out = {k: getattr(net, k).numpy() for k in ("mean", "std", "lo", "hi")}
+    linears = [m for m in net.net if isinstance(m, nn.Linear)]
+    for i, lin in enumerate(linears):
+        out[f"w{i}"] = lin.weight.detach().numpy().T.copy()
+        out[f"b{i}"] = lin.bias.detach().numpy().copy()
+    return out

@@ -1,0 +1,235 @@
+"""Fit the kernel model on measured data and export numpy weights (needs torch; see ``model.py``).
+
+Pipeline: measurements (``dataset``) -> a ``Design`` (features and ideal times of every kernel, grouped
+by network, with the measurement each kernel belongs to) -> ``fit`` (Adam on the mean absolute log
+error of each *measurement*, i.e. of the sum of its kernels plus the source's timing overhead) ->
+``export`` (weights ``.npz`` and a metadata JSON for ``mlp.py``).
+
+Measurements are weighted 1/sqrt(size of their (source, GPU, op class) group), so that the 45,000
+NeuSight rows of one GPU do not drown the 600 Aceso rows of another.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..specs import GpuSpec
+from .dataset import Measurement
+from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, vector_features, vector_kind
+from .kernels import Kernel
+
+ROUTES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
+FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
+HOST_TIMINGS = ("event", "host")
+WEIGHTS_FORMAT = 1
+
+
+def route_of(kernel: Kernel) -> str:
+    """Which network predicts a kernel: 'gemm', 'vector', or 'attention' (analytic, not trained)."""
+    family = kernel.family
+    return family if family in ("gemm", "attention") else "vector"
+
+
+def op_class(m: Measurement) -> str:
+    """Reporting class of a measurement: bmm / linear for GEMMs, else the first kernel's vector kind."""
+    k = m.kernels[0]
+    if k.family == "gemm":
+        return "bmm" if k.shape[0] > 1 else "linear"
+    kind = vector_kind(k.op)
+    return {"gather": "memory", "dropout": "elementwise"}.get(kind, kind)
+
+
+@dataclass
+class Design:
+    """Numeric form of a list of measurements. ``routes[r] = (X, ideal_s, row)`` per kernel."""
+
+    y_s: np.ndarray
+    weight: np.ndarray
+    label_idx: np.ndarray
+    host_idx: np.ndarray
+    timed_on_host: np.ndarray
+    routes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    labels: list[str]
+    hosts: list[str]
+
+    def __len__(self) -> int:
+        return len(self.y_s)
+
+    def subset(self, mask: np.ndarray) -> "Design":
+        keep = np.flatnonzero(mask)
+        new_index = np.full(len(self.y_s), -1)
+        new_index[keep] = np.arange(len(keep))
+        routes = {}
+        for r, (x, ideal, row) in self.routes.items():
+            sel = mask[row]
+            routes[r] = (x[sel], ideal[sel], new_index[row[sel]])
+        return replace(self, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
+                       host_idx=self.host_idx[keep], timed_on_host=self.timed_on_host[keep], routes=routes)
+
+
+def group_weights(rows: Sequence[Measurement]) -> np.ndarray:
+    keys = [(m.source, m.gpu, op_class(m)) for m in rows]
+    counts = Counter(keys)
+    w = np.array([1.0 / np.sqrt(counts[k]) for k in keys])
+    return w / w.mean()
+
+
+def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
+    """Features of every kernel of ``rows`` (measurements with attention kernels are dropped by the
+    caller: no network predicts them)."""
+    labels = sorted({f"{m.source}:{m.label}" for m in rows if m.timing in HOST_TIMINGS})
+    hosts = sorted({f"{m.source}:{m.gpu}" for m in rows if m.timing in HOST_TIMINGS})
+    label_pos, host_pos = {x: i for i, x in enumerate(labels)}, {x: i for i, x in enumerate(hosts)}
+    pending: dict[tuple[str, str], list[tuple[int, Kernel]]] = {}
+    for i, m in enumerate(rows):
+        for k in m.kernels:
+            pending.setdefault((route_of(k), m.gpu), []).append((i, k))
+    routes = {}
+    for r in ROUTES:
+        parts = [(FEATURE_FNS[r]([k for _, k in items], gpus[gpu]), [i for i, _ in items])
+                 for (route, gpu), items in sorted(pending.items()) if route == r]
+        if parts:
+            routes[r] = (np.vstack([p[0][0] for p in parts]), np.concatenate([p[0][1] for p in parts]),
+                         np.concatenate([np.array(p[1]) for p in parts]))
+        else:
+            routes[r] = (np.zeros((0, len(ROUTES[r]))), np.zeros(0), np.zeros(0, dtype=int))
+    timed = np.array([m.timing in HOST_TIMINGS for m in rows])
+    return Design(
+        y_s=np.array([m.latency_s for m in rows]), weight=group_weights(rows),
+        label_idx=np.array([label_pos.get(f"{m.source}:{m.label}", 0) for m in rows]),
+        host_idx=np.array([host_pos.get(f"{m.source}:{m.gpu}", 0) for m in rows]),
+        timed_on_host=timed, routes=routes, labels=labels, hosts=hosts)
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    epochs: int = 30
+    batch_rows: int = 2048
+    lr: float = 3e-3
+    weight_decay: float = 1e-5
+    host_factor_l2: float = 1e-2
+    hidden: tuple[int, ...] = (64, 64, 64)
+    seed: int = 0
+    threads: int = 2
+
+
+def _feature_stats(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(mean, std, min, max) per feature column of the training data."""
+    if len(x) == 0:
+        f = x.shape[1]
+        return np.zeros(f), np.ones(f), np.full(f, -1e9), np.full(f, 1e9)
+    return x.mean(axis=0), np.maximum(x.std(axis=0), 1e-3), x.min(axis=0), x.max(axis=0)
+
+
+def _row_index(row: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR view of kernel -> measurement: (kernel order sorted by row, start, count per row)."""
+    order = np.argsort(row, kind="stable")
+    counts = np.bincount(row, minlength=n_rows)
+    return order, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts
+
+
+def _gather(index: tuple[np.ndarray, np.ndarray, np.ndarray], batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels of the measurements ``batch`` and, for each, its position in the batch."""
+    order, starts, counts = index
+    c = counts[batch]
+    total = int(c.sum())
+    if total == 0:
+        return np.zeros(0, dtype=int), np.zeros(0, dtype=int)
+    first = np.repeat(starts[batch] - np.cumsum(c) + c, c)
+    return order[first + np.arange(total)], np.repeat(np.arange(len(batch)), c)
+
+
+def fit(d: Design, config: FitConfig = FitConfig(), log=None):
+    """Train a ``KernelModel`` on ``d``; returns the model (torch)."""
+    import torch
+
+    from .model import KernelModel
+
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(config.threads)
+    rng = np.random.default_rng(config.seed)
+    specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
+    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden)
+    tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
+               for r, (x, ideal, row) in d.routes.items()}
+    y = torch.tensor(d.y_s, dtype=torch.float32)
+    w = torch.tensor(d.weight, dtype=torch.float32)
+    li, hi = torch.tensor(d.label_idx), torch.tensor(d.host_idx)
+    timed = torch.tensor(d.timed_on_host)
+    steps = config.epochs * max(1, int(np.ceil(len(d) / config.batch_rows)))
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr, total_steps=steps, pct_start=0.1)
+    index = {r: _row_index(row, len(d)) for r, (_, _, row) in d.routes.items()}
+    start = time.time()
+    for epoch in range(config.epochs):
+        order = rng.permutation(len(d))
+        total = 0.0
+        for lo in range(0, len(d), config.batch_rows):
+            batch = order[lo:lo + config.batch_rows]
+            pred = model.overhead_s(li[batch], hi[batch], timed[batch])
+            for r, (x, ideal, _) in tensors.items():
+                kernels, local = _gather(index[r], batch)
+                if len(kernels):
+                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels])
+                    pred = pred.index_add(0, torch.as_tensor(local), t)
+            err = torch.abs(torch.log(pred) - torch.log(y[batch]))
+            loss = (w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(batch)
+        if log:
+            log(f"epoch {epoch + 1}/{config.epochs} loss {total / len(d):.4f} ({time.time() - start:.0f} s)")
+    return model
+
+
+def predict_rows(model, d: Design, with_overhead: bool = True) -> np.ndarray:
+    """Predicted latency (s) of every measurement of ``d`` with a trained torch model (unseen
+    hosts use host factor 0)."""
+    import torch
+
+    with torch.no_grad():
+        out = torch.zeros(len(d), dtype=torch.float64)
+        for r, (x, ideal, row) in d.routes.items():
+            if len(row):
+                t = model.kernel_latency_s(r, torch.tensor(x, dtype=torch.float32),
+                                           torch.tensor(ideal, dtype=torch.float32)).double()
+                out.index_add_(0, torch.as_tensor(row), t)
+        if with_overhead:
+            zero = torch.zeros(len(d), dtype=torch.long)
+            out += model.overhead_s(torch.tensor(d.label_idx), zero, torch.tensor(d.timed_on_host)).double()
+    return out.numpy()
+
+
+def export(model, d: Design, out_dir: Path, metadata: dict) -> None:
+    """Write ``kernel_mlp.npz`` and ``kernel_mlp.json`` (feature names, sizes, overheads, ``metadata``)."""
+    import torch
+
+    from .model import export_net
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for r, net in model.nets.items():
+        for key, value in export_net(net).items():
+            arrays[f"{r}.{key}"] = value.astype(np.float32)
+    with torch.no_grad():
+        fixed = {r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()}
+        overhead = model.overhead_s(torch.arange(len(d.labels)), torch.zeros(len(d.labels), dtype=torch.long),
+                                    torch.ones(len(d.labels), dtype=torch.bool)).numpy() if d.labels else []
+    np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
+    meta = dict(metadata, format=WEIGHTS_FORMAT, features={r: list(f) for r, f in ROUTES.items()},
+                fixed_s=fixed, timing_overhead_s={lab: float(v) for lab, v in zip(d.labels, overhead)})
+    (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def holdout_group(gpu: GpuSpec) -> str:
+    """Leave-one-GPU-out unit: GPUs with the same chip (architecture and SM count; e.g. the A100 PCIe
+    and SXM variants) are held out together, so that no near-twin of the test GPU stays in training."""
+    return f"{gpu.architecture}-{gpu.sms}sm"

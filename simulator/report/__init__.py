@@ -1,0 +1,1 @@
+"""Reports: metrics from a Trace, readable summaries, Chrome traces."""

@@ -1,0 +1,1 @@
+"""Transformer workloads: per-shard kernels and collectives, parameter counts, memory."""

@@ -1,0 +1,265 @@
+"""A transformer's training step as ordered steps per shard: kernels and the collectives between them.
+
+Megatron-LM tensor parallelism (Shoeybi et al. 2019, section 3): QKV and FC1 are column-parallel,
+attention output projection and FC2 row-parallel, so each layer needs one all-reduce of the
+activations after attention and one after the MLP in forward, and one after each column-parallel
+layer's input gradient in backward. Embedding and LM head are vocabulary-parallel. The functions here
+return plain step lists; ``parallel.lowering`` turns them into tasks and ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ..predictor.kernels import Kernel, gemm, vector
+from ..specs import DTYPE_BYTES, PlanSpec, WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Compute:
+    name: str
+    kernel: Kernel
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    collective: str  # all_reduce, ...
+    axis: str  # tp | dp | pp | embedding
+    size_bytes: float
+
+
+Step = Union[Compute, Collective]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one GPU computes per micro-batch: the model, the micro-batch and the tensor-parallel degree."""
+
+    model: WorkloadSpec
+    micro_batch: int
+    tp: int
+    dtype: str  # compute dtype of GEMMs: fp32 | tf32 | bf16 | fp16
+    flash: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.model.seq_len
+
+    @property
+    def act_dtype(self) -> str:
+        """Storage dtype of activations (tf32 is a math mode: tensors stay fp32)."""
+        return "fp32" if self.dtype == "tf32" else self.dtype
+
+    @property
+    def act_bytes(self) -> int:
+        return DTYPE_BYTES[self.act_dtype]
+
+    @property
+    def causal(self) -> bool:
+        return self.model.architecture == "decoder"
+
+
+def make_shard(model: WorkloadSpec, plan: PlanSpec) -> Shard:
+    flash = plan.attention == "flash" or (plan.attention == "auto" and plan.mixed_precision)
+    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash)
+
+
+def _linear_fwd(name: str, tokens: int, n_in: int, n_out: int, sh: Shard) -> Step:
+    return Compute(name, gemm(tokens, n_out, n_in, sh.dtype, layout="nt"))
+
+
+def _linear_bwd(name: str, tokens: int, n_in: int, n_out: int, sh: Shard) -> list[Step]:
+    return [
+        Compute(f"{name}.dgrad", gemm(tokens, n_in, n_out, sh.dtype, layout="nn")),
+        Compute(f"{name}.wgrad", gemm(n_out, n_in, tokens, sh.dtype, layout="tn")),
+    ]
+
+
+def _v(name: str, op: str, rows: int, cols: int, sh: Shard) -> Step:
+    return Compute(name, vector(op, rows, cols, sh.act_dtype))
+
+
+def _tp_all_reduce(name: str, sh: Shard) -> list[Step]:
+    if sh.tp == 1:
+        return []
+    return [Collective(name, "all_reduce", "tp", sh.tokens * sh.model.hidden * sh.act_bytes)]
+
+
+def _norm(sh: Shard) -> str:
+    return sh.model.norm
+
+
+def _qkv_width(sh: Shard) -> int:
+    m = sh.model
+    return (m.heads + 2 * m.num_kv_heads) * m.head_dim // sh.tp
+
+
+def _fc1_width(sh: Shard) -> int:
+    gates = 2 if sh.model.activation == "swiglu" else 1
+    return gates * sh.model.ffn_hidden // sh.tp
+
+
+def _attention_fwd(sh: Shard) -> list[Step]:
+    m, t = sh.model, sh.tokens
+    heads, d, s, b = m.heads // sh.tp, m.head_dim, m.seq_len, sh.micro_batch
+    steps: list[Step] = []
+    if m.position_embedding == "rope":
+        steps.append(_v("attn.rope", "rope", t, (m.heads + m.num_kv_heads) * d // sh.tp, sh))
+    if sh.flash:
+        steps.append(Compute("attn.flash", Kernel("flash_attn", sh.dtype, (b, heads, s, s, d, int(sh.causal)))))
+        return steps
+    rows = b * heads * s
+    steps += [
+        Compute("attn.score", gemm(s, s, d, sh.dtype, b=b * heads, layout="nt")),
+        _v("attn.mask", "masked_fill", rows, s, sh),
+        _v("attn.softmax", "softmax", rows, s, sh),
+        _v("attn.dropout", "dropout", rows, s, sh),
+        Compute("attn.context", gemm(s, d, s, sh.dtype, b=b * heads, layout="nn")),
+    ]
+    return steps
+
+
+def _attention_bwd(sh: Shard) -> list[Step]:
+    m, t = sh.model, sh.tokens
+    heads, d, s, b = m.heads // sh.tp, m.head_dim, m.seq_len, sh.micro_batch
+    steps: list[Step] = []
+    if sh.flash:
+        steps.append(Compute("attn.flash_bwd", Kernel("flash_attn_bwd", sh.dtype, (b, heads, s, s, d, int(sh.causal)))))
+    else:
+        rows, bh = b * heads * s, b * heads
+        steps += [
+            Compute("attn.context.dgrad_p", gemm(s, s, d, sh.dtype, b=bh, layout="nt")),  # dP = dO V^T
+            Compute("attn.context.dgrad_v", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dV = P^T dO
+            _v("attn.dropout_bwd", "dropout_bwd", rows, s, sh),
+            _v("attn.softmax_bwd", "softmax_bwd", rows, s, sh),
+            Compute("attn.score.dgrad_q", gemm(s, d, s, sh.dtype, b=bh, layout="nn")),  # dQ = dS K
+            Compute("attn.score.dgrad_k", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dK = dS^T Q
+        ]
+    if m.position_embedding == "rope":
+        steps.append(_v("attn.rope_bwd", "rope", t, (m.heads + m.num_kv_heads) * d // sh.tp, sh))
+    return steps
+
+
+def _activation_fwd(sh: Shard) -> Step:
+    act = sh.model.activation
+    return _v(f"mlp.{act}", act, sh.tokens, sh.model.ffn_hidden // sh.tp, sh)
+
+
+def _activation_bwd(sh: Shard) -> Step:
+    act = sh.model.activation
+    return _v(f"mlp.{act}_bwd", f"{act}_bwd", sh.tokens, sh.model.ffn_hidden // sh.tp, sh)
+
+
+def layer_forward(sh: Shard) -> list[Step]:
+    """One transformer layer's forward (pre-norm, as GPT-2/3 and Llama)."""
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    attn_width = m.heads * m.head_dim // sh.tp
+    return [
+        _v("norm1", _norm(sh), t, h, sh),
+        _linear_fwd("attn.qkv", t, h, _qkv_width(sh), sh),
+        *_attention_fwd(sh),
+        _linear_fwd("attn.proj", t, attn_width, h, sh),
+        *_tp_all_reduce("attn.all_reduce", sh),
+        _v("attn.dropout_out", "dropout", t, h, sh),
+        _v("attn.residual", "add", t, h, sh),
+        _v("norm2", _norm(sh), t, h, sh),
+        _linear_fwd("mlp.fc1", t, h, _fc1_width(sh), sh),
+        _activation_fwd(sh),
+        _linear_fwd("mlp.fc2", t, m.ffn_hidden // sh.tp, h, sh),
+        *_tp_all_reduce("mlp.all_reduce", sh),
+        _v("mlp.dropout_out", "dropout", t, h, sh),
+        _v("mlp.residual", "add", t, h, sh),
+    ]
+
+
+def layer_backward(sh: Shard) -> list[Step]:
+    """One layer's backward: input and weight gradients, in reverse order of the forward."""
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    attn_width = m.heads * m.head_dim // sh.tp
+    return [
+        _v("mlp.dropout_out_bwd", "dropout_bwd", t, h, sh),
+        *_linear_bwd("mlp.fc2", t, m.ffn_hidden // sh.tp, h, sh),
+        _activation_bwd(sh),
+        *_linear_bwd("mlp.fc1", t, h, _fc1_width(sh), sh),
+        *_tp_all_reduce("mlp.fc1.dgrad_all_reduce", sh),
+        _v("norm2_bwd", f"{_norm(sh)}_bwd", t, h, sh),
+        _v("mlp.residual_bwd", "add", t, h, sh),
+        _v("attn.dropout_out_bwd", "dropout_bwd", t, h, sh),
+        *_linear_bwd("attn.proj", t, attn_width, h, sh),
+        *_attention_bwd(sh),
+        *_linear_bwd("attn.qkv", t, h, _qkv_width(sh), sh),
+        *_tp_all_reduce("attn.qkv.dgrad_all_reduce", sh),
+        _v("norm1_bwd", f"{_norm(sh)}_bwd", t, h, sh),
+        _v("attn.residual_bwd", "add", t, h, sh),
+    ]
+
+
+def embedding_forward(sh: Shard) -> list[Step]:
+    """Vocabulary-parallel token embedding (+ learned positions), then dropout."""
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    steps: list[Step] = [Compute("embed.tokens", Kernel("embedding", sh.act_dtype, (t, h, m.vocab // sh.tp)))]
+    steps += _tp_all_reduce("embed.all_reduce", sh)
+    if m.position_embedding == "learned":
+        steps += [
+            Compute("embed.positions", Kernel("embedding", sh.act_dtype, (t, h, m.seq_len))),
+            _v("embed.add", "add", t, h, sh),
+        ]
+    steps.append(_v("embed.dropout", "dropout", t, h, sh))
+    return steps
+
+
+def embedding_backward(sh: Shard) -> list[Step]:
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    steps: list[Step] = [_v("embed.dropout_bwd", "dropout_bwd", t, h, sh)]
+    if m.position_embedding == "learned":
+        steps.append(Compute("embed.positions_bwd", Kernel("embedding_bwd", sh.act_dtype, (t, h, m.seq_len))))
+    steps.append(Compute("embed.tokens_bwd", Kernel("embedding_bwd", sh.act_dtype, (t, h, m.vocab // sh.tp))))
+    return steps
+
+
+def _loss_all_reduces(sh: Shard) -> list[Step]:
+    """Vocab-parallel cross-entropy all-reduces max, predicted logit and sum-exp over TP (fp32 per token)."""
+    if sh.tp == 1:
+        return []
+    return [Collective(f"loss.all_reduce_{i}", "all_reduce", "tp", 4.0 * sh.tokens) for i in range(3)]
+
+
+def head_forward(sh: Shard) -> list[Step]:
+    """Final norm, (encoder: MLM transform), LM head and cross-entropy loss."""
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    steps: list[Step] = [_v("final_norm", _norm(sh), t, h, sh)]
+    if m.architecture == "encoder":
+        steps += [_linear_fwd("head.transform", t, h, h, sh), _v("head.gelu", "gelu", t, h, sh),
+                  _v("head.norm", _norm(sh), t, h, sh)]
+    vocab = m.vocab // sh.tp
+    steps += [
+        _linear_fwd("head.logits", t, h, vocab, sh),
+        _v("loss.cross_entropy", "cross_entropy", t, vocab, sh),
+        *_loss_all_reduces(sh),
+    ]
+    return steps
+
+
+def head_backward(sh: Shard) -> list[Step]:
+    m, t, h = sh.model, sh.tokens, sh.model.hidden
+    vocab = m.vocab // sh.tp
+    steps: list[Step] = [
+        _v("loss.cross_entropy_bwd", "cross_entropy_bwd", t, vocab, sh),
+        *_linear_bwd("head.logits", t, h, vocab, sh),
+        *_tp_all_reduce("head.dgrad_all_reduce", sh),
+    ]
+    if m.architecture == "encoder":
+        steps += [_v("head.norm_bwd", f"{_norm(sh)}_bwd", t, h, sh), _v("head.gelu_bwd", "gelu_bwd", t, h, sh),
+                  *_linear_bwd("head.transform", t, h, h, sh)]
+    steps.append(_v("final_norm_bwd", f"{_norm(sh)}_bwd", t, h, sh))
+    return steps
+
+
+def optimizer_step(params: int, dtype: str) -> list[Step]:
+    """Gradient-norm pass (clipping) and a fused Adam step over ``params`` local parameters."""
+    grad_dtype = "fp16" if dtype == "fp16" else "fp32"
+    return [
+        Compute("optim.grad_norm", Kernel("reduce", grad_dtype, (params,))),
+        Compute("optim.adam", Kernel("adam", "fp32" if dtype == "tf32" else dtype, (params,))),
+    ]
