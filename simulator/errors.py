@@ -15,8 +15,10 @@ class ConfigError(SimulatorError):
     def __init__(self, source: str, field: str, value: object, problem: str):
         self.source, self.field, self.value, self.problem = source, field, value, problem
         where = f"{source}: " if source else ""
-        field_part = f"field '{field}'" if field else "input"
-        super().__init__(f"{where}{field_part} = {value!r}: {problem}")
+        if field:
+            super().__init__(f"{where}{field} = {value!r}: {problem}")
+        else:
+            super().__init__(f"{where}{problem}" + ("" if value is None else f" (got {value!r})"))
 
 
 class InfeasiblePlan(SimulatorError):

@@ -12,6 +12,7 @@ import yaml
 
 from .errors import ConfigError
 from .hardware.catalog import resolve_gpu
+from .topology.graph import intra_bandwidth
 from .specs import ClusterSpec, PlanSpec, WorkloadSpec, parse_spec
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,12 @@ def cluster_from_mapping(raw: dict[str, Any], source: str, default_name: str = "
         if nodes < 1:
             raise ConfigError("command line", "--nodes", nodes, "must be at least 1")
         data["nodes"] = nodes
-    return parse_spec(ClusterSpec, data, source)  # type: ignore[return-value]
+    cluster = parse_spec(ClusterSpec, data, source)
+    try:
+        intra_bandwidth(cluster)  # a fabric the GPU cannot have (NVLink kinds on a PCIe-only GPU)
+    except ValueError as exc:
+        raise ConfigError(source, "intra_node.kind", cluster.intra_node.kind, str(exc)) from None
+    return cluster  # type: ignore[return-value]
 
 
 def load_cluster(value: str, nodes: Optional[int] = None) -> ClusterSpec:

@@ -185,9 +185,12 @@ def parse_spec(cls: type[Spec], raw: object, source: str, prefix: str = "") -> S
         return cls.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        path = [renamed.get(str(p), str(p)) for p in err["loc"]]
+        path = [renamed.get(str(p), (str(p), 1.0))[0] for p in err["loc"]]
         field = prefix + ".".join(path)
         value = err.get("input")
+        factor = renamed.get(str(err["loc"][-1]), ("", 1.0))[1] if err["loc"] else 1.0
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and factor != 1.0:
+            value = value / factor  # report the number as the user wrote it
         if isinstance(value, dict):
             value = "{...}"
         problem = err["msg"]

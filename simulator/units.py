@@ -50,13 +50,13 @@ def _scale(value: Any, factor: float) -> Any:
     return value  # wrong type: validation reports it under the SI name
 
 
-def to_si(raw: Any) -> tuple[Any, dict[str, str]]:
+def to_si(raw: Any) -> tuple[Any, dict[str, tuple[str, float]]]:
     """Convert a parsed YAML mapping (recursively) to SI keys and values.
 
-    Returns the converted data and a map from SI key to the key the user wrote, so that errors
-    can name the field as it appears in the file.
+    Returns the converted data and a map from SI key to (the key the user wrote, its factor), so that
+    errors can name the field and value as they appear in the file.
     """
-    renamed: dict[str, str] = {}
+    renamed: dict[str, tuple[str, float]] = {}
 
     def convert(node: Any) -> Any:
         if isinstance(node, dict):
@@ -64,7 +64,7 @@ def to_si(raw: Any) -> tuple[Any, dict[str, str]]:
             for key, value in node.items():
                 new_key, factor = si_key(str(key))
                 if new_key != key:
-                    renamed[new_key] = str(key)
+                    renamed[new_key] = (str(key), factor)
                 out[new_key] = convert(_scale(value, factor)) if factor != 1.0 else convert(value)
             return out
         if isinstance(node, list):

@@ -10,7 +10,7 @@ def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[
     if plan.num_gpus != cluster.num_gpus:
         reasons.append(
             f"dp*tp*pp = {plan.dp}*{plan.tp}*{plan.pp} = {plan.num_gpus} but the cluster '{cluster.name}' has "
-            f"{cluster.num_gpus} GPUs ({cluster.nodes} nodes x {cluster.gpus_per_node})")
+            f"{cluster.num_gpus} GPUs ({cluster.nodes} node{'s' if cluster.nodes > 1 else ''} x {cluster.gpus_per_node})")
     if model.heads % plan.tp:
         reasons.append(f"tp={plan.tp} does not divide {model.heads} attention heads")
     elif model.num_kv_heads % plan.tp:

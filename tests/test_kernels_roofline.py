@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+
+from simulator.errors import PredictorError
+from simulator.hardware import load_gpu
+from simulator.predictor import OPS, Kernel, MemoisedPredictor, RooflinePredictor
+from simulator.predictor.kernels import gemm
+
+
+def test_gemm_flops_and_bytes():
+    k = gemm(m=64, n=32, k=16, dtype="bf16", b=2)
+    assert k.flops == 2 * 2 * 64 * 32 * 16
+    assert k.bytes == 2 * 2 * (64 * 16 + 16 * 32 + 64 * 32)
+
+
+def test_every_op_counts_nonnegative():
+    shapes = {"gemm": (1, 8, 8, 8), "flash_attn": (1, 2, 16, 16, 8, 1), "flash_attn_bwd": (1, 2, 16, 16, 8, 0),
+              "embedding": (8, 4, 10), "embedding_bwd": (8, 4, 10), "adam": (100,), "adam_unfused": (100,),
+              "copy": (10,), "reduce": (10,)}
+    for op in OPS:
+        k = Kernel(op, "fp16", shapes.get(op, (4, 8)))
+        assert k.flops >= 0 and k.bytes > 0, op
+
+
+def test_causal_flash_halves_flops_and_backward_is_2_5x():
+    full = Kernel("flash_attn", "bf16", (1, 4, 256, 256, 64, 0))
+    causal = Kernel("flash_attn", "bf16", (1, 4, 256, 256, 64, 1))
+    bwd = Kernel("flash_attn_bwd", "bf16", (1, 4, 256, 256, 64, 0))
+    assert causal.flops == full.flops / 2 and bwd.flops == 2.5 * full.flops
+
+
+def test_unknown_op_rejected():
+    with pytest.raises(ValueError):
+        Kernel("nope", "fp32", (1,))
+
+
+def test_roofline_compute_vs_memory_bound():
+    gpu = load_gpu("A100-SXM4-80GB")
+    big = gemm(8192, 8192, 8192, "bf16")
+    add = Kernel("add", "bf16", (8192, 8192))
+    t = RooflinePredictor().latency_s([big, add], gpu)
+    assert t[0] == pytest.approx(big.flops / (312e12 * 0.8))
+    assert t[1] == pytest.approx(add.bytes / (2039e9 * 0.8))
+
+
+def test_roofline_floor_and_dtype_support():
+    gpu = load_gpu("V100-SXM2-32GB")
+    assert RooflinePredictor().latency_s([Kernel("add", "fp32", (1, 1))], gpu)[0] == pytest.approx(4e-6)
+    with pytest.raises(PredictorError, match="bf16"):
+        RooflinePredictor().latency_s([gemm(8, 8, 8, "bf16")], gpu)
+
+
+def test_fp32_gemm_uses_cuda_cores_and_tf32_tensor_cores():
+    gpu = load_gpu("A100-SXM4-80GB")
+    t = RooflinePredictor().latency_s([gemm(4096, 4096, 4096, "fp32"), gemm(4096, 4096, 4096, "tf32")], gpu)
+    assert t[0] / t[1] == pytest.approx(156 / 19.5)
+
+
+def test_memoised_predictor_matches_inner():
+    gpu = load_gpu("T4")
+    ks = [gemm(128, 128, 128, "fp16"), Kernel("gelu", "fp16", (64, 64))] * 3
+    inner = RooflinePredictor()
+    assert np.allclose(MemoisedPredictor(inner).latency_s(ks, gpu), inner.latency_s(ks, gpu))

@@ -1,0 +1,98 @@
+import pytest
+
+from simulator.specs import PlanSpec
+from simulator.workload import memory
+from simulator.workload.transformer import (Collective, Compute, head_forward, layer_backward, layer_forward,
+                                            make_shard, optimizer_step)
+
+from conftest import tiny_model
+
+
+def test_gpt2_large_parameter_count(gpt2_large):
+    assert memory.total_params(gpt2_large) == pytest.approx(774.03e6, rel=1e-3)  # HF gpt2-large: 774,030,080
+
+
+def test_gpt3_175b_parameter_count():
+    from simulator.loading import load_workload
+
+    assert memory.total_params(load_workload("gpt3-175b")) == pytest.approx(175e9, rel=0.01)
+
+
+def test_llama3_8b_parameter_count():
+    from simulator.loading import load_workload
+
+    assert memory.total_params(load_workload("llama3-8b")) == pytest.approx(8.03e9, rel=0.01)
+
+
+def _flops(steps):
+    return sum(s.kernel.flops for s in steps if isinstance(s, Compute) and s.kernel.family == "gemm")
+
+
+def test_layer_gemm_flops_match_megatron_formula(gpt2_large):
+    sh = make_shard(gpt2_large, PlanSpec(micro_batch_size=2, global_batch_size=2, dtype="fp32"))
+    b, s, h = 2, 1024, 1280
+    fwd = 24 * b * s * h * h + 4 * b * s * s * h  # Narayanan et al. 2021, per layer forward
+    assert _flops(layer_forward(sh)) == pytest.approx(fwd)
+    assert _flops(layer_backward(sh)) == pytest.approx(2 * fwd)
+
+
+def test_tensor_parallel_splits_flops_and_adds_two_all_reduces_each_way(gpt2_large):
+    sh1 = make_shard(gpt2_large, PlanSpec(dtype="fp32"))
+    sh4 = make_shard(gpt2_large, PlanSpec(tp=4, dtype="fp32"))
+    assert _flops(layer_forward(sh4)) == pytest.approx(_flops(layer_forward(sh1)) / 4)
+    for steps in (layer_forward(sh4), layer_backward(sh4)):
+        comms = [s for s in steps if isinstance(s, Collective)]
+        assert len(comms) == 2 and all(c.size_bytes == 1024 * 1280 * 4 for c in comms)
+    assert not any(isinstance(s, Collective) for s in layer_forward(sh1))
+
+
+def test_flash_attention_for_mixed_precision_only():
+    m = tiny_model()
+    ops = lambda p: {s.kernel.op for s in layer_forward(make_shard(m, p)) if isinstance(s, Compute)}  # noqa: E731
+    assert "flash_attn" in ops(PlanSpec(dtype="bf16")) and "softmax" in ops(PlanSpec(dtype="fp32"))
+    assert "flash_attn" in ops(PlanSpec(dtype="fp32", attention="flash"))
+
+
+def test_swiglu_rmsnorm_rope_variants():
+    m = tiny_model(activation="swiglu", norm="rmsnorm", position_embedding="rope", kv_heads=2, bias=False)
+    ops = [s.kernel.op for s in layer_forward(make_shard(m, PlanSpec())) if isinstance(s, Compute)]
+    assert {"swiglu", "rmsnorm", "rope"} <= set(ops)
+
+
+def test_loss_all_reduces_only_with_tp():
+    m = tiny_model()
+    assert not any(isinstance(s, Collective) for s in head_forward(make_shard(m, PlanSpec())))
+    assert sum(isinstance(s, Collective) for s in head_forward(make_shard(m, PlanSpec(tp=2)))) == 3
+
+
+def test_optimizer_step_kernels():
+    steps = optimizer_step(1000, "bf16")
+    assert [s.kernel.op for s in steps] == ["reduce", "adam"] and steps[1].kernel.shape == (1000,)
+
+
+def test_memory_mixed_precision_bytes_per_param():
+    m = tiny_model()
+    p = PlanSpec(dtype="bf16")
+    est = memory.stage_memory(m, p, 0, flash=True)
+    n = memory.total_params(m)
+    assert (est.weights_bytes, est.gradients_bytes, est.optimizer_bytes) == (2 * n, 4 * n, 12 * n)
+
+
+def test_memory_activations_korthikanti(gpt2_large):
+    p = PlanSpec(micro_batch_size=1, global_batch_size=1, dtype="bf16")
+    s, h, a = 1024, 1280, 20
+    assert memory.activation_bytes_per_layer(gpt2_large, p, flash=False) == pytest.approx(s * h * (34 + 5 * a * s / h))
+
+
+def test_1f1b_holds_fewer_activations_than_gpipe():
+    m = tiny_model()
+    g = memory.stage_memory(m, PlanSpec(pp=2, global_batch_size=8, schedule="gpipe"), 0, True)
+    f = memory.stage_memory(m, PlanSpec(pp=2, global_batch_size=8, schedule="1f1b"), 0, True)
+    assert f.activations_bytes * 4 == g.activations_bytes
+
+
+def test_model_flops_per_step(gpt2_large):
+    # Narayanan eq. 3: 72 B s l h^2 (1 + s/(6h) + V/(12 h l))
+    b, s, l, h, v = 4, 1024, 36, 1280, 50257
+    expected = 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * h * l))
+    assert memory.model_flops_per_step(gpt2_large, 4) == pytest.approx(expected)
