@@ -116,10 +116,18 @@ class _Lowering:
         }
         self.predictor = predictor
         self.b = _Builder()
+        self._groups: dict[tuple, list] = {}
         self.frontier: dict[int, list[tuple]] = {r: [] for rs in self.sim.values() for r in rs}
 
     def groups(self, axis: str, participants_of: list[int], stage_ranks: list[int]) -> list[tuple[tuple[int, ...], list[int], tuple]]:
-        """Distinct groups of the simulated ranks along ``axis``: (group, simulated members, mirrors)."""
+        """Distinct groups of the simulated ranks along ``axis``: (group, simulated members, mirrors).
+        Memoised: every micro-batch asks the same question."""
+        key = (axis, tuple(participants_of), stage_ranks[0])
+        if key not in self._groups:
+            self._groups[key] = self._find_groups(axis, participants_of, stage_ranks)
+        return self._groups[key]
+
+    def _find_groups(self, axis: str, participants_of: list[int], stage_ranks: list[int]) -> list[tuple[tuple[int, ...], list[int], tuple]]:
         seen, out = set(), []
         for r in participants_of:
             g = self.mesh.group(axis, r)
@@ -170,7 +178,11 @@ class _Lowering:
         stage_ranks = self.mesh.stage_ranks(stage)
         for r in self.sim[stage]:
             pair = (r, self.mesh.next_stage(r, step))
-            mirrors = tuple((x, self.mesh.next_stage(x, step)) for x in stage_ranks if x != r) if self.collapse else ()
+            key = ("send", r, step)
+            if key not in self._groups:
+                self._groups[key] = tuple((x, self.mesh.next_stage(x, step)) for x in stage_ranks
+                                          if x != r) if self.collapse else ()
+            mirrors = self._groups[key]
             self.b.add(("send", kind, stage, mb, r), CommTask, self.frontier[r], ranks=(r,), collective="send_recv",
                        groups=(pair, *mirrors), size_bytes=size,
                        name=f"{kind}{mb} send {'activations' if kind == 'F' else 'gradients'}", category="pp")
