@@ -53,3 +53,12 @@ def plan(**fields) -> PlanSpec:
 def gpt2_large() -> WorkloadSpec:
     return WorkloadSpec(name="gpt2-large", layers=36, hidden=1280, heads=20, ffn_hidden=5120, vocab=50257,
                         seq_len=1024)
+
+
+# Property tests draw the same examples on every run (deterministic CI); raise max_examples locally
+# with HYPOTHESIS_PROFILE=explore to search harder.
+from hypothesis import settings as _settings  # noqa: E402
+
+_settings.register_profile("ci", derandomize=True)
+_settings.register_profile("explore", max_examples=500)
+_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -57,9 +57,10 @@ def intra_bandwidth(cluster: ClusterSpec) -> tuple[float, float]:
     return rate, intra.efficiency or NVLINK_EFFICIENCY.get(gpu.nvlink_generation, 0.80)
 
 
-def _link(g: nx.DiGraph, a: str, b: str, capacity: float, latency: float) -> None:
-    g.add_edge(a, b, capacity_bytes_per_s=capacity, latency_s=latency)
-    g.add_edge(b, a, capacity_bytes_per_s=capacity, latency_s=latency)
+def _link(g: nx.DiGraph, a: str, b: str, capacity: float, latency: float, kind: str) -> None:
+    """A full-duplex link: two directed edges. ``kind`` is nvlink | pcie | network (routing prefers NVLink)."""
+    g.add_edge(a, b, capacity_bytes_per_s=capacity, latency_s=latency, kind=kind)
+    g.add_edge(b, a, capacity_bytes_per_s=capacity, latency_s=latency, kind=kind)
 
 
 def _add_node_fabric(g: nx.DiGraph, cluster: ClusterSpec, node: int) -> None:
@@ -71,22 +72,22 @@ def _add_node_fabric(g: nx.DiGraph, cluster: ClusterSpec, node: int) -> None:
     lat = intra.latency_s
     if intra.kind != "pcie":  # NVLink parts still reach the host (and NICs) over PCIe
         for gpu in gpus:
-            _link(g, gpu, host, pcie, lat / 2)
+            _link(g, gpu, host, pcie, lat / 2, "pcie")
     rate, eff = intra_bandwidth(cluster)
     if intra.kind == "nvswitch":
         for gpu in gpus:
-            _link(g, gpu, f"n{node}.nvswitch", rate * eff, lat / 2)
+            _link(g, gpu, f"n{node}.nvswitch", rate * eff, lat / 2, "nvlink")
     elif intra.kind == "nvlink_mesh":
         per_pair = rate * eff / max(n - 1, 1)
         for i in range(n):
             for j in range(i + 1, n):
-                _link(g, gpus[i], gpus[j], per_pair, lat)
+                _link(g, gpus[i], gpus[j], per_pair, lat, "nvlink")
     elif intra.kind == "nvlink_pairs":
         for i in range(0, n, 2):
-            _link(g, gpus[i], gpus[i + 1], rate * eff, lat)
+            _link(g, gpus[i], gpus[i + 1], rate * eff, lat, "nvlink")
     else:  # pcie: every GPU on one PCIe switch / root complex
         for gpu in gpus:
-            _link(g, gpu, host, rate * eff, lat / 2)
+            _link(g, gpu, host, rate * eff, lat / 2, "pcie")
     if n == 1:
         g.add_node(gpus[0])
 
@@ -102,13 +103,13 @@ def _add_network(g: nx.DiGraph, cluster: ClusterSpec) -> None:
             nic = f"n{node}.nic{i}"
             for local in range(n):
                 if local * inter.nics_per_node // n == i:
-                    _link(g, f"gpu{node * n + local}", nic, gpu_nic_cap, 0.0)
+                    _link(g, f"gpu{node * n + local}", nic, gpu_nic_cap, 0.0, "pcie")
             leaf = f"rail{i}" if inter.topology == "rail_optimized" else f"leaf{node // inter.nodes_per_leaf}"
-            _link(g, nic, leaf, nic_cap, inter.latency_s / 2)
+            _link(g, nic, leaf, nic_cap, inter.latency_s / 2, "network")
             downlinks[leaf] = downlinks.get(leaf, 0.0) + nic_cap
     if len(downlinks) > 1:
         for leaf, down in downlinks.items():
-            _link(g, leaf, "spine", down / inter.oversubscription, 0.0)
+            _link(g, leaf, "spine", down / inter.oversubscription, 0.0, "network")
 
 
 def build_topology(cluster: ClusterSpec) -> Topology:

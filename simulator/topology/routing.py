@@ -1,6 +1,7 @@
 """Routes between GPUs: a path of directed edges over the topology graph.
 
-Inside a node: the shortest path in hops (NVLink/NVSwitch before PCIe). Between nodes: source GPU ->
+Inside a node: NVLink whenever it connects the two GPUs (as NCCL's P2P transport does), else the
+fewest PCIe hops. Between nodes: source GPU ->
 its NIC -> shortest path over the switch fabric -> destination NIC -> destination GPU, so inter-node
 traffic never detours through other GPUs. Ties break by node insertion order (deterministic).
 """
@@ -17,21 +18,24 @@ def _path_edges(nodes: list[str]) -> tuple[Edge, ...]:
     return tuple(zip(nodes[:-1], nodes[1:]))
 
 
-def _inverse_capacity(u: str, v: str, data: dict) -> float:
-    """Edge weight: prefer few, fast links (an NVLink hop over a PCIe hop)."""
-    return 1.0 / data["capacity_bytes_per_s"]
+#: Hop cost by link kind: any number of NVLink hops beats one PCIe hop.
+HOP_COST = {"nvlink": 1.0, "pcie": 1000.0, "network": 1000.0}
+
+
+def _hop_cost(u: str, v: str, data: dict) -> float:
+    return HOP_COST[data["kind"]]
 
 
 def _intra(topo: Topology, src: str, dst: str) -> list[str]:
     allowed = lambda v: not (".nic" in v)  # noqa: E731 -- NICs are not a way between two local GPUs
     sub = nx.subgraph_view(topo.graph, filter_node=allowed)
-    return nx.shortest_path(sub, src, dst, weight=_inverse_capacity)
+    return nx.shortest_path(sub, src, dst, weight=_hop_cost)
 
 
 def _network(topo: Topology, src_nic: str, dst_nic: str) -> list[str]:
     allowed = lambda v: not v.startswith("gpu") and not v.endswith((".host", ".nvswitch"))  # noqa: E731
     sub = nx.subgraph_view(topo.graph, filter_node=allowed)
-    return nx.shortest_path(sub, src_nic, dst_nic, weight=_inverse_capacity)
+    return nx.shortest_path(sub, src_nic, dst_nic, weight=_hop_cost)
 
 
 def route(topo: Topology, src_rank: int, dst_rank: int) -> tuple[Edge, ...]:
