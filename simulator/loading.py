@@ -65,8 +65,11 @@ def cluster_from_mapping(raw: dict[str, Any], source: str, default_name: str = "
     data.setdefault("name", default_name)
     data["gpu"] = resolve_gpu(raw["gpu"], source)
     if nodes is not None:
+        available = raw.get("nodes")
         if nodes < 1:
             raise ConfigError("command line", "--nodes", nodes, "must be at least 1")
+        if isinstance(available, int) and nodes > available:
+            raise ConfigError("command line", "--nodes", nodes, f"the cluster '{data['name']}' has only {available} nodes")
         data["nodes"] = nodes
     cluster = parse_spec(ClusterSpec, data, source)
     try:

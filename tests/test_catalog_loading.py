@@ -50,6 +50,10 @@ def test_shipped_clusters_load(name):
 
 def test_nodes_override():
     assert load_cluster("dgx-h100-128node", nodes=2).num_gpus == 16
+    with pytest.raises(ConfigError, match="has only 128 nodes"):
+        load_cluster("dgx-h100-128node", nodes=129)
+    with pytest.raises(ConfigError, match="at least 1"):
+        load_cluster("dgx-h100-128node", nodes=0)
 
 
 @pytest.mark.parametrize("name", ["gpt2-large", "gpt3-1.3b", "gpt3-175b", "bert-large", "llama3-8b"])
