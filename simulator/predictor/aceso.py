@@ -5,9 +5,10 @@ sequence length 2048. One op may launch several kernels; this module lists them 
 fit the *sum* of their predicted times. Decompositions follow Megatron-LM's GPT layer (fused
 bias-GELU, bias-dropout-add, FusedScaleMaskSoftmax, apex FusedLayerNorm):
 
-* Linear layers ``y = x W^T``: forward one GEMM (layout ``nt``); backward the input gradient
-  (``nn``) and the weight gradient (``tn``, reduction over tokens); a column-parallel layer with its
-  bias (QKV) also reduces the bias gradient.
+* Linear layers ``y = x W^T``: forward one GEMM (layout ``nt``); backward only the input gradient
+  (``nn``). The published backward times of every linear op equal its forward time (one GEMM's
+  worth, on all five GPUs), not twice it: the profiler evidently did not compute weight (or bias)
+  gradients, so no ``tn`` GEMM or bias reduction is listed.
 * Attention score ``Q K^T`` and context ``P V``: batched GEMMs over micro-batch x heads; backward two
   batched GEMMs each. The context is made contiguous (a copy) after the BMM.
 
@@ -46,13 +47,10 @@ def aceso_model_shapes(model: str, micro_batch: int) -> Optional[LayerShapes]:
     return LayerShapes(micro_batch * SEQ_LEN, micro_batch, h, heads, ffn)
 
 
-def _linear(direction: str, dtype: str, tokens: int, n_in: int, n_out: int, bias_grad: bool) -> tuple[Kernel, ...]:
+def _linear(direction: str, dtype: str, tokens: int, n_in: int, n_out: int) -> tuple[Kernel, ...]:
     if direction == "fwd":
         return (Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"),)
-    kernels = (Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
-               Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn"))
-    bias = Kernel("reduce", "fp32" if dtype == "tf32" else dtype, (tokens, n_out))
-    return kernels + ((bias,) if bias_grad else ())
+    return (Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),)
 
 
 def _attention(op: str, direction: str, dtype: str, s: LayerShapes) -> tuple[Kernel, ...]:
@@ -73,7 +71,7 @@ def _bias_dropout_add(direction: str, dtype: str, s: LayerShapes) -> tuple[Kerne
     shape = (s.tokens, s.hidden)
     if direction == "fwd":
         return (Kernel("dropout", dtype, shape), Kernel("add", dtype, shape))
-    return (Kernel("dropout_bwd", dtype, shape), Kernel("reduce", dtype, shape))
+    return (Kernel("dropout_bwd", dtype, shape),)
 
 
 def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
@@ -86,13 +84,13 @@ def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
     if name in ("1st-layernorm", "2nd-layernorm"):
         return (Kernel("layernorm" if direction == "fwd" else "layernorm_bwd", dtype, (s.tokens, s.hidden)),)
     if name == "attention-qkv":
-        return _linear(direction, g, s.tokens, s.hidden, 3 * s.hidden, bias_grad=True)
+        return _linear(direction, g, s.tokens, s.hidden, 3 * s.hidden)
     if name == "attention-dense":
-        return _linear(direction, g, s.tokens, s.hidden, s.hidden, bias_grad=False)
+        return _linear(direction, g, s.tokens, s.hidden, s.hidden)
     if name == "MLP-GEMM-1":
-        return _linear(direction, g, s.tokens, s.hidden, s.ffn, bias_grad=False)
+        return _linear(direction, g, s.tokens, s.hidden, s.ffn)
     if name == "MLP-GEMM-2":
-        return _linear(direction, g, s.tokens, s.ffn, s.hidden, bias_grad=False)
+        return _linear(direction, g, s.tokens, s.ffn, s.hidden)
     if name == "attention-score":
         return _attention("score", direction, g, s)
     if name == "attention-context":
@@ -103,8 +101,6 @@ def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
         return (Kernel("dropout" if direction == "fwd" else "dropout_bwd", dtype, (rows_attn, SEQ_LEN)),)
     if name in ("post-attention-dropout", "post-MLP-dropout"):
         return _bias_dropout_add(direction, dtype, s)
-    if name == "MLP-gelu":  # fused bias-GELU; backward also reduces the bias gradient
-        if direction == "fwd":
-            return (Kernel("gelu", dtype, (s.tokens, s.ffn)),)
-        return (Kernel("gelu_bwd", dtype, (s.tokens, s.ffn)), Kernel("reduce", dtype, (s.tokens, s.ffn)))
+    if name == "MLP-gelu":  # fused bias-GELU
+        return (Kernel("gelu" if direction == "fwd" else "gelu_bwd", dtype, (s.tokens, s.ffn)),)
     return ()

@@ -49,6 +49,8 @@ VIDUR_GPUS = {"a100": "A100-PCIE-80GB", "a40": "A40"}
 #: Aceso's folder names. "RTX-2080" is read as an RTX 2080 Ti: its memory-bound ops (dropout, GELU)
 #: run at 1.1-1.2x an RTX 2080's 448 GB/s and its fp32 GEMMs at 1.19x the 2080's peak, i.e. at the
 #: ~0.8 of 616 GB/s and ~0.9 of 13.4 TFLOP/s that every other GPU in the data reaches.
+#: Aceso writes this many microseconds for an op that did not run (out of memory).
+ACESO_FAILED_US = 1e7
 ACESO_GPUS = {"A100-40": "A100-SXM4-40GB", "V100-16": "V100-SXM2-16GB", "RTX-2080": "RTX-2080-Ti",
               "RTX-3090": "RTX-3090", "Titan-RTX": "Titan-RTX"}
 
@@ -182,7 +184,7 @@ def load_aceso(root: Path) -> list[Measurement]:
                     for direction, column in (("fwd", "forward-compute"), ("bwd", "backward-compute")):
                         kernels = aceso_kernels(row["op_name"], direction, dtype, shapes,
                                                 gemm_dtype="tf32" if dtype == "fp32" and has_tf32 else dtype)
-                        if kernels and float(row[column]) > 0:
+                        if kernels and 0 < float(row[column]) < ACESO_FAILED_US:
                             out.append(Measurement(kernels, gpu, float(row[column]) * 1e-6, "aceso", "host",
                                                    f"{row['op_name']}:{direction}"))
     return out

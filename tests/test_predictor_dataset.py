@@ -1,0 +1,106 @@
+"""Unit tests of the measured-data loaders: unit, shape and timing conversions on tiny inline samples."""
+from __future__ import annotations
+
+import csv
+import gzip
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.predictor import dataset as ds
+from simulator.predictor.aceso import aceso_kernels, aceso_model_shapes
+from simulator.predictor.kernels import Kernel
+
+
+def write_csv_gz(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_neusight_bmm_swaps_reduction_and_converts_ms(tmp_path):
+    row = {"OPName": "bmm", "Latency": "0.5", "Device": "Tesla T4", "Kernel Name": "volta_sgemm_128x64_nn",
+           "B": "8", "M": "64", "N": "32", "K": "16"}
+    write_csv_gz(tmp_path / "neusight/kernels/train/bmm/Tesla_T4.csv.gz", [row])
+    (m,) = ds.load_neusight(tmp_path, "train")
+    assert m.kernels == (Kernel("gemm", "fp32", (8, 64, 16, 32), "nn"),)  # N (reduction) -> k
+    assert m.latency_s == pytest.approx(0.5e-3)
+    assert (m.gpu, m.source, m.timing, m.kernel_name) == ("T4", "neusight", "event", "volta_sgemm_128x64_nn")
+
+
+def test_neusight_linear_and_vector_rows():
+    lin = ds.neusight_kernel("linear", {"B": "1", "M": "128", "N": "1024", "K": "4096"})
+    assert lin == Kernel("gemm", "fp32", (1, 128, 4096, 1024), "nt")
+    assert ds.neusight_kernel("addu", {"B": "4", "H": "8"}) == Kernel("add_scalar", "fp32", (4, 8))
+    assert ds.neusight_kernel("ln", {"B": "4", "H": "8"}).op == "layernorm"
+
+
+def test_vidur_shapes_follow_tensor_parallel_sharding():
+    cfg = {"n_embd": "4096", "n_expanded_embd": "11008", "n_head": "32", "n_kv_head": "8", "use_gated_mlp": "True",
+           "vocab_size": "32000"}
+    (qkv,) = ds.vidur_kernels("attn_pre_proj", 100, 2, cfg, "rmsnorm")
+    assert qkv.shape == (1, 100, (32 + 16) * 128 // 2, 4096) and qkv.dtype == "fp16"
+    (up,) = ds.vidur_kernels("mlp_up_proj", 100, 2, cfg, "rmsnorm")
+    assert up.shape == (1, 100, 11008, 4096)  # gated: 2 x ffn / tp
+    (act,) = ds.vidur_kernels("mlp_act", 100, 2, cfg, "rmsnorm")
+    assert act == Kernel("swiglu", "fp16", (100, 5504))
+
+
+def test_aceso_decomposition():
+    s = aceso_model_shapes("OPT-350", 2)
+    assert s.tokens == 4096 and s.head_dim == 64
+    assert aceso_kernels("enc-attention-qkv", "fwd", "fp16", s) == (Kernel("gemm", "fp16", (1, 4096, 3072, 1024), "nt"),)
+    (bwd,) = aceso_kernels("enc-attention-qkv", "bwd", "fp16", s)  # input gradient only
+    assert bwd.shape == (1, 4096, 1024, 3072)
+    score = aceso_kernels("enc-attention-score", "bwd", "fp32", s, gemm_dtype="tf32")
+    assert [k.dtype for k in score] == ["tf32", "tf32"] and score[0].shape == (32, 2048, 64, 2048)
+    assert aceso_kernels("enc-attention-softmax", "fwd", "fp32", s) == ()
+    assert aceso_kernels("gpt-post-process", "fwd", "fp16", s) == ()
+
+
+def test_aceso_loader_skips_tp_and_failed_ops(tmp_path):
+    folder = tmp_path / "sailor/aceso/A100-40/profiled-data-fp32"
+    folder.mkdir(parents=True)
+    text = "op_name,forward-compute,backward-compute\nenc-attention-dense,100.0,10000000.000\n"
+    (folder / "OPT-350_mbs1_tp1_algo0.csv").write_text(text)
+    (folder / "OPT-350_mbs1_tp2_algo0.csv").write_text(text)
+    (m,) = ds.load_aceso(tmp_path)
+    assert m.latency_s == pytest.approx(100e-6) and m.label == "enc-attention-dense:fwd"
+    assert m.kernels[0].dtype == "tf32" and m.gpu == "A100-SXM4-40GB" and m.timing == "host"
+
+
+def test_data_dir_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv(ds.DATA_ENV, str(tmp_path))
+    assert ds.data_dir() == tmp_path
+    assert ds.data_dir(tmp_path) == tmp_path
+    with pytest.raises(ConfigError):
+        ds.data_dir(tmp_path / "missing")
+
+
+def test_collected_folder_round_trip(tmp_path):
+    from simulator.predictor.collect import write_kernels_csv
+
+    (tmp_path / "gpu.yaml").write_text("name: my-gpu\narchitecture: ampere\nsms: 108\nbase_clock_MHz: 1000\n"
+                                       "boost_clock_MHz: 1410\ntdp_W: 400\nmemory_GiB: 40\nmemory_bandwidth_GBps: 1555\n"
+                                       "l2_MiB: 40\npeak_TFLOPS: {fp32: 19.5, bf16: 312}\n")
+    k = Kernel("gemm", "bf16", (1, 64, 64, 64), "nt")
+    write_kernels_csv(tmp_path / "kernels.csv", [(k, 1.5e-5, "")])
+    rows, gpus = ds.load_collected(tmp_path)
+    assert rows[0].kernels == (k,) and rows[0].latency_s == pytest.approx(1.5e-5)
+    assert gpus["my-gpu"].sms == 108
+
+
+def test_data_hash_is_order_independent(tmp_path):
+    a = ds.Measurement((Kernel("add", "fp32", (2, 2)),), "T4", 1e-5, "x", "kernel", "add")
+    b = ds.Measurement((Kernel("mul", "fp32", (2, 2)),), "T4", 2e-5, "x", "kernel", "mul")
+    assert ds.data_hash([a, b]) == ds.data_hash([b, a]) != ds.data_hash([a])
+
+
+def test_shared_data_loads(shared_data):
+    rows = ds.load_neusight(shared_data, "test")
+    assert len(rows) > 10_000 and {m.gpu for m in rows} >= {"T4", "A100-PCIE-40GB"}
+    aceso = ds.load_aceso(shared_data)
+    assert any(m.kernels[0].dtype == "tf32" for m in aceso) and all(m.latency_s < 10 for m in aceso)
