@@ -2,16 +2,21 @@
 
 The GPU enters only through its specs, as *ratios to the kernel* (waves over its SMs, the kernel's
 arithmetic intensity over the GPU's ridge point, working set over its L2) plus a few dimensionless
-physics descriptor (board power per SM-GHz). No name, architecture one-hot or raw peak
+physics descriptors (board power per SM-GHz, base over boost clock). No name, architecture one-hot or raw peak
 reaches the network: with a dozen training GPUs those act as identifiers and overfit.
 
-The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network, so a
-prediction is never faster than the roofline at 100 % of peak nor below the fixed launch cost.
+The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
+``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
+than the roofline at 100 % nor below the fixed launch cost. Tiles and waves enter as features (the
+wave-quantised time over ``t_ideal`` among them) rather than in the bound: a wave model built on a
+guessed tile is not a safe lower bound (5-10 % of the measured GEMMs run faster than it).
 
 Two feature sets, one per network:
 
-* ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), waves, last-wave fill,
-  padding, split-K, reduction length per CTA, layout, math unit and element size.
+* ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
+  time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
+  layout, math unit and element size. (Working set over L2 is left out: with the A100's 40 MB L2
+  alone in its range, it confounds "big GEMM on a big-L2 GPU" with "small GEMM".)
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
   128-thread CTAs, row length for row-wise ops, intensity, working set / L2, op kind and direction.
 """
@@ -29,10 +34,10 @@ from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, th
 
 LAYOUTS = ("nn", "nt", "tn")
 VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
-GPU_FEATURES = ("log2_power_w_per_sm_ghz",)
-GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "last_wave_fill", "padding_efficiency",
-                 "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced", "log2_k_per_cta", "log2_bytes_over_l2",
-                 "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS) + GPU_FEATURES
+GPU_FEATURES = ("log2_power_w_per_sm_ghz", "base_over_boost_clock")
+GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
+                 "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
+                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS) + GPU_FEATURES
 VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_bytes_over_l2", "log2_element_bytes", "backward", "transcendental") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS) + GPU_FEATURES
@@ -61,10 +66,12 @@ def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
 
 
 def gpu_descriptors(gpu: GpuSpec) -> np.ndarray:
-    """Physics of the board beyond the kernel-relative ratios: board power per SM-GHz (power-limited
-    parts such as the T4 or L4 cannot hold their boost clock under load)."""
+    """Physics of the board beyond the kernel-relative ratios, both about holding the boost clock
+    under load: board power per SM-GHz, and base over boost clock (the base clock is what the board
+    guarantees at full load within its power limit; power-limited parts such as the T4 and L4 have
+    base clocks near 40 % of boost, most others 75-90 %)."""
     power = gpu.tdp_w / (gpu.sms * gpu.boost_clock_hz / 1e9)
-    return np.array([np.log2(power)])
+    return np.array([np.log2(power), gpu.base_clock_hz / gpu.boost_clock_hz])
 
 
 def _log2(x) -> np.ndarray:
@@ -94,16 +101,18 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
     waves = gemm_waves(shapes, tm, tn, split, gpu.sms)
     resident = ctas_per_sm(tm, tn)
     blocks = gemm_blocks(shapes, tm, tn, split)
-    t_compute = waves * resident * 2.0 * tm * tn * k_slice / (peaks / gpu.sms)
-    bytes_ = elem * b * (m * k + k * nn + m * nn)
     bw = gpu.memory_bandwidth_bytes_per_s
-    t_memory = bytes_ / bw + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0)
-    t_ideal = np.maximum(t_compute, t_memory)
+    bytes_ = elem * b * (m * k + k * nn + m * nn)
+    t_compute, t_memory = 2.0 * b * m * nn * k / peaks, bytes_ / bw
+    t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-12)
+    t_tiled = np.maximum(waves * resident * 2.0 * tm * tn * k_slice / (peaks / gpu.sms),
+                         t_memory + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0))
     padded = np.ceil(m / tm) * tm * np.ceil(nn / tn) * tn
     layout = [np.array([k_.layout == x for k_ in kernels], dtype=float) for x in LAYOUTS]
-    cols = [_log2(t_ideal / 1e-6), _log2(t_compute / t_memory), _log2(waves), blocks / (waves * gpu.sms * resident),
+    cols = [_log2(t_ideal / 1e-6), _log2(np.maximum(t_compute, 1e-15) / np.maximum(t_memory, 1e-15)),
+            _log2(t_tiled / t_ideal), _log2(waves), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
-            _log2(k_slice), _log2(bytes_ / gpu.l2_bytes), tensor.astype(float), _log2(elem)] + layout
+            _log2(k_slice), tensor.astype(float), _log2(elem)] + layout
     return _with_gpu(cols, gpu, n), t_ideal
 
 

@@ -1,0 +1,78 @@
+"""Unit tests of tile choice and features: candidates, waves, split-K, bounds, specs-only GPU input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.hardware import load_gpu
+from simulator.predictor import features as ft
+from simulator.predictor import tiling as tl
+from simulator.predictor.kernels import Kernel
+
+
+@pytest.mark.parametrize("name, tile", [("volta_sgemm_128x64_nn", (64, 128)), ("ampere_sgemm_32x32_sliced1x4_tn", (32, 32)),
+                                        ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x128x16_stage4", (128, 64)),
+                                        ("sgemm_128x128x8_NT_vec", (128, 128)), ("vectorized_layer_norm_kernel", None)])
+def test_tile_from_kernel_name(name, tile):
+    assert tl.tile_from_kernel_name(name) == tile
+
+
+def test_chosen_tiles_are_candidates_of_the_architecture():
+    for gpu_name, dtype in (("P100-PCIE-16GB", "fp32"), ("T4", "fp16"), ("A100-SXM4-40GB", "bf16"), ("H100-SXM5-80GB", "fp32")):
+        gpu = load_gpu(gpu_name)
+        unit = tl.math_unit(Kernel("gemm", dtype, (1, 1, 1, 1)), gpu)
+        allowed = {(b, a) for a, b, _ in tl.candidates(gpu, unit)}
+        shapes = np.array([[1, 4096, 4096, 4096], [8, 128, 64, 512], [1, 32, 32, 65536], [64, 2048, 2048, 128]])
+        tiles = tl.choose_gemm_tiles(shapes, gpu, unit, gpu.peak_flops_per_s[dtype])
+        assert {(int(t[0]), int(t[1])) for t in tiles} <= allowed
+
+
+def test_split_k_only_when_one_wave_leaves_sms_idle():
+    gpu = load_gpu("A100-SXM4-40GB")
+    tiles = tl.choose_gemm_tiles(np.array([[1, 64, 64, 65536], [1, 8192, 8192, 8192]]), gpu, "tensor", 312e12)
+    assert tiles[0, 2] > 1  # 1 output tile, long reduction: split
+    assert tiles[1, 2] == 1
+
+
+def test_waves_and_blocks():
+    shapes = np.array([[2, 256, 128, 64]])
+    assert tl.gemm_blocks(shapes, 128, 128)[0] == 4
+    assert tl.gemm_waves(shapes, 128, 128, 1, sms=2)[0] == 1  # two 128x128 CTAs fit per SM
+    blocks, per_cta = tl.vector_blocks(np.array([10, 10]), np.array([1000, 1000]), np.array([10000, 10000]),
+                                       np.array([True, False]))
+    assert list(blocks) == [10, 20] and list(per_cta) == [1000, 512]
+
+
+def test_feature_vectors_have_the_documented_width():
+    gpu = load_gpu("V100-SXM2-16GB")
+    x, ideal = ft.gemm_features([Kernel("gemm", "fp16", (1, 512, 512, 512), "nt")], gpu)
+    assert x.shape == (1, len(ft.GEMM_FEATURES)) and np.isfinite(x).all()
+    ks = [Kernel(op, "bf16" if op != "layernorm" else "fp32", (64, 1024)) for op in ("add", "layernorm", "softmax_bwd")]
+    ks.append(Kernel("embedding", "fp16", (64, 1024, 32000)))
+    x, ideal = ft.vector_features(ks, load_gpu("A100-SXM4-40GB"))
+    assert x.shape == (4, len(ft.VECTOR_FEATURES)) and np.isfinite(x).all() and (ideal > 0).all()
+
+
+def test_ideal_time_is_the_roofline_at_full_peak():
+    gpu = load_gpu("A100-SXM4-40GB")
+    k = Kernel("gemm", "bf16", (1, 4096, 4096, 4096), "nn")
+    _, ideal = ft.gemm_features([k], gpu)
+    bound = max(k.flops / gpu.peak_flops_per_s["bf16"], k.bytes / gpu.memory_bandwidth_bytes_per_s)
+    assert ideal[0] == pytest.approx(bound)
+
+
+def test_gpu_enters_only_through_specs():
+    """Two GPUs with identical specs but different names get identical features."""
+    a = load_gpu("A100-SXM4-40GB")
+    b = a.model_copy(update={"name": "renamed"})
+    ks = [Kernel("gemm", "bf16", (1, 1000, 3000, 700), "tn"), Kernel("gelu", "bf16", (100, 4000))]
+    for fn, k in ((ft.gemm_features, ks[:1]), (ft.vector_features, ks[1:])):
+        np.testing.assert_array_equal(fn(k, a)[0], fn(k, b)[0])
+
+
+def test_vector_kinds_cover_every_non_matrix_op():
+    from simulator.predictor.kernels import OPS
+
+    for op, cls in OPS.items():
+        if cls.family not in ("gemm", "attention"):
+            assert ft.vector_kind(op) in ft.VECTOR_KINDS
