@@ -19,10 +19,19 @@ def available_predictors() -> list[str]:
     return names
 
 
-def get_predictor(name: str = "roofline") -> Predictor:
-    """A memoised predictor by name."""
+def get_predictor(name: str = "roofline", calibration=None) -> Predictor:
+    """A memoised predictor by name: ``mlp`` (shipped weights; optionally with a calibration file
+    or mapping from ``simulator collect --quick``) or ``roofline``."""
     from ..errors import PredictorError
 
     if name == "roofline":
         return MemoisedPredictor(RooflinePredictor())
-    raise PredictorError(f"unknown predictor {name!r}; known: roofline")
+    if name == "mlp":
+        from .mlp import MLPPredictor
+
+        if calibration is not None and not isinstance(calibration, dict):
+            from .collect import read_calibration
+
+            calibration = read_calibration(calibration)
+        return MemoisedPredictor(MLPPredictor(calibration=calibration))
+    raise PredictorError(f"unknown predictor {name!r}; known: {', '.join(available_predictors())}")

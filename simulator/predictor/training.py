@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import PredictorError
 from ..specs import GpuSpec
 from .dataset import Measurement
 from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, vector_features, vector_kind
@@ -208,25 +209,84 @@ def predict_rows(model, d: Design, with_overhead: bool = True) -> np.ndarray:
     return out.numpy()
 
 
-def export(model, d: Design, out_dir: Path, metadata: dict) -> None:
-    """Write ``kernel_mlp.npz`` and ``kernel_mlp.json`` (feature names, sizes, overheads, ``metadata``)."""
+def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
+    """Write ``kernel_mlp.npz`` (every ensemble member's networks) and ``kernel_mlp.json`` (feature
+    names, fixed times, timing overheads of the sources, and ``metadata``)."""
     import torch
 
     from .model import export_net
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    arrays = {}
-    for r, net in model.nets.items():
-        for key, value in export_net(net).items():
-            arrays[f"{r}.{key}"] = value.astype(np.float32)
-    with torch.no_grad():
-        fixed = {r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()}
-        overhead = model.overhead_s(torch.arange(len(d.labels)), torch.zeros(len(d.labels), dtype=torch.long),
-                                    torch.ones(len(d.labels), dtype=torch.bool)).numpy() if d.labels else []
+    arrays, fixed, overheads = {}, [], []
+    for j, model in enumerate(models):
+        for r, net in model.nets.items():
+            for key, value in export_net(net).items():
+                arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
+        with torch.no_grad():
+            fixed.append({r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()})
+            n = len(d.labels)
+            overheads.append(model.overhead_s(torch.arange(n), torch.zeros(n, dtype=torch.long),
+                                              torch.ones(n, dtype=torch.bool)).numpy())
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
-    meta = dict(metadata, format=WEIGHTS_FORMAT, features={r: list(f) for r, f in ROUTES.items()},
-                fixed_s=fixed, timing_overhead_s={lab: float(v) for lab, v in zip(d.labels, overhead)})
+    overhead = np.mean(overheads, axis=0) if d.labels else []
+    meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), features={r: list(f) for r, f in ROUTES.items()},
+                fixed_s=fixed, timing_overhead_s={lab: round(float(v), 9) for lab, v in zip(d.labels, overhead)})
     (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def trainable(rows: Sequence[Measurement]) -> list[Measurement]:
+    """Measurements a network can learn from (fused attention has no network: see ``mlp``)."""
+    return [m for m in rows if all(route_of(k) != "attention" for k in m.kernels)]
+
+
+def ensemble_predict_rows(models: Sequence, d: Design, with_overhead: bool = True) -> np.ndarray:
+    """Geometric mean of the members' predictions (what ``mlp.py`` computes per kernel)."""
+    return np.exp(np.mean([np.log(predict_rows(m, d, with_overhead)) for m in models], axis=0))
+
+
+def error_table(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[str, dict[str, float]]:
+    """MAPE (%) and count per ``source:class:dtype`` of ``rows``."""
+    groups: dict[str, list[float]] = {}
+    for m, p in zip(rows, predicted_s):
+        groups.setdefault(f"{m.source}:{op_class(m)}:{m.kernels[0].dtype}", []).append(abs(p / m.latency_s - 1))
+    return {k: {"mape_pct": round(100 * float(np.mean(v)), 2), "n": len(v)} for k, v in sorted(groups.items())}
+
+
+#: The shipped training setting (``fit-predictor`` defaults).
+SHIPPED = FitConfig(epochs=30)
+ENSEMBLE = 3
+VALIDATION_FRACTION = 0.1
+
+
+def fit_ensemble(d: Design, config: FitConfig, members: int = ENSEMBLE, log=None) -> list:
+    return [fit(d, replace(config, seed=config.seed + j), log) for j in range(members)]
+
+
+def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None, seed: int = 0,
+                     members: int = ENSEMBLE, log=None) -> dict:
+    """``fit-predictor``: load every source, hold out a random 10 % for the validation errors written
+    to the metadata, fit the ensemble on the rest and export it. Returns the metadata."""
+    try:
+        import torch
+    except ImportError:
+        raise PredictorError("fit-predictor needs torch (pip install torch)") from None
+    from .dataset import data_dir, data_hash, load_all
+
+    rows, gpus = load_all(data_dir(data))
+    rows = trainable(rows)
+    config = replace(SHIPPED, epochs=epochs or SHIPPED.epochs, seed=seed)
+    d = design(rows, gpus)
+    val = np.random.default_rng(seed).random(len(rows)) < VALIDATION_FRACTION
+    models = fit_ensemble(d.subset(~val), config, members, log)
+    val_rows = [m for m, v in zip(rows, val) if v]
+    meta = {"data_hash": data_hash(rows), "seed": seed, "config": {k: v for k, v in config.__dict__.items()},
+            "torch": torch.__version__, "rows": {s: sum(m.source == s for m in rows) for s in sorted({m.source for m in rows})},
+            "gpus": sorted(gpus), "validation_fraction": VALIDATION_FRACTION,
+            "validation_mape": error_table(val_rows, ensemble_predict_rows(models, d.subset(val)))}
+    export(models, d.subset(~val), out_dir, meta)
+    if log:
+        log(f"wrote {out_dir / 'kernel_mlp.npz'} and kernel_mlp.json")
+    return meta
 
 
 def holdout_group(gpu: GpuSpec) -> str:

@@ -1,0 +1,150 @@
+"""The tile/wave MLP predictor: numpy inference from the shipped weights (no torch needed).
+
+``latency = t_fixed + t_ideal / u`` per kernel, where ``t_ideal`` is the wave-quantised time at 100 %
+of the datasheet peak and bandwidth (``features``) and ``u = sigmoid(MLP(features))`` in (0, 1):
+a prediction is never faster than the roofline at 100 % and never below the fixed launch time.
+
+Fused attention has no measurement in the training data; it is estimated from the GEMM network:
+FlashAttention-2 runs its matmuls at ~80 % (forward) / ~70 % (backward) of the throughput cuBLAS
+reaches on a GEMM of the same inner shape (Dao 2023, Fig. 5-6: 50-73 % vs 63 % of A100 peak for
+fwd / bwd against ~80-85 % for cuBLAS), so each attention kernel costs its matmul count times the
+GEMM-network time of ``(batch x heads, seq_q, head_dim, k=seq_k)`` divided by that ratio.
+
+An optional calibration (``simulator collect --quick``) measured on the target GPU rescales the
+GEMM (per dtype) and memory-bound predictions so that they match the measured sustained rates
+at the calibration shapes.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..errors import PredictorError
+from ..specs import GpuSpec
+from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, vector_features
+from .kernels import Kernel
+
+WEIGHTS_DIR = Path(__file__).with_name("weights")
+FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
+FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
+#: FlashAttention matmul throughput relative to a cuBLAS GEMM of the same inner shape, and matmuls.
+FLASH_RATIO = {"flash_attn": 0.8, "flash_attn_bwd": 0.7}
+FLASH_MATMULS = {"flash_attn": 2, "flash_attn_bwd": 5}
+
+
+def weights_available(folder: Path = WEIGHTS_DIR) -> bool:
+    return (folder / "kernel_mlp.npz").is_file() and (folder / "kernel_mlp.json").is_file()
+
+
+class Network:
+    """One utilisation network in numpy: clip to training range, standardise, SiLU layers, logit."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        f32 = {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
+        self.mean, self.std, self.lo, self.hi = f32["mean"], f32["std"], f32["lo"], f32["hi"]
+        n = len([k for k in arrays if k.startswith("w")])
+        self.layers = [(f32[f"w{i}"], f32[f"b{i}"]) for i in range(n)]
+
+    def logit(self, x: np.ndarray) -> np.ndarray:
+        """Logits in float32 (as trained); the latency arithmetic around them stays float64."""
+        h = (np.clip(x.astype(np.float32), self.lo, self.hi) - self.mean) / self.std
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if i < len(self.layers) - 1:
+                h = h / (1.0 + np.exp(-h))  # SiLU
+        return h[:, 0].astype(np.float64)
+
+
+def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], dict]:
+    """Ensemble members' networks and the metadata from ``kernel_mlp.npz`` / ``kernel_mlp.json``;
+    PredictorError if missing or trained with other features than this code computes."""
+    npz, meta_path = folder / "kernel_mlp.npz", folder / "kernel_mlp.json"
+    if not npz.is_file() or not meta_path.is_file():
+        raise PredictorError(f"no MLP weights in {folder}; run `simulator fit-predictor --data DIR --out {folder}`")
+    meta = json.loads(meta_path.read_text())
+    for route, names in FEATURES.items():
+        if meta.get("features", {}).get(route) != list(names):
+            raise PredictorError(f"MLP weights in {folder} were trained with other {route} features; retrain them")
+    with np.load(npz) as data:
+        arrays = {k: data[k] for k in data.files}
+    members = [{r: Network({k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"m{j}.{r}.")})
+                for r in FEATURES} for j in range(int(meta["members"]))]
+    return members, meta
+
+
+def flash_equivalent_gemm(kernel: Kernel) -> Kernel:
+    """The GEMM whose throughput a flash-attention kernel's matmuls are compared with."""
+    batch, heads, sq, sk, d, _ = kernel.shape
+    return Kernel("gemm", kernel.dtype, (batch * heads, sq, d, sk), "nn")
+
+
+class MLPPredictor:
+    """``latency_s(kernels, gpu)`` from the shipped (or given) weights; see the module docstring."""
+
+    name = "mlp"
+
+    def __init__(self, weights_dir: Optional[Path] = None, calibration: Optional[dict] = None):
+        self.members, self.meta = load_weights(Path(weights_dir) if weights_dir else WEIGHTS_DIR)
+        self.member_fixed_s = [{r: float(f[r]) for r in FEATURES} for f in self.meta["fixed_s"]]
+        #: Fixed time of the ensemble (geometric mean of the members'), the floor of every prediction.
+        self.fixed_s = {r: float(np.exp(np.mean([np.log(f[r]) for f in self.member_fixed_s]))) for r in FEATURES}
+        self.calibration = calibration
+        self._factors: dict[str, dict[str, float]] = {}
+
+    def _route_latency_s(self, route: str, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, ideal time) of kernels that all go to ``route``: the geometric mean over the
+        ensemble members of ``fixed + ideal / sigmoid(logit)``."""
+        x, ideal = FEATURE_FNS[route](kernels, gpu)
+        logs = []
+        for nets, fixed in zip(self.members, self.member_fixed_s):
+            logit = np.clip(nets[route].logit(x), -30.0, 30.0)
+            logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit))))
+        return np.exp(np.mean(logs, axis=0)), ideal
+
+    def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Uncalibrated (latency, ideal time, route) of each kernel."""
+        routes = ["gemm" if k.family == "gemm" else "attention" if k.family == "attention" else "vector"
+                  for k in kernels]
+        out, ideal = np.empty(len(kernels)), np.empty(len(kernels))
+        for route in ("gemm", "vector"):
+            idx = [i for i, r in enumerate(routes) if r == route]
+            if idx:
+                out[idx], ideal[idx] = self._route_latency_s(route, [kernels[i] for i in idx], gpu)
+        idx = [i for i, r in enumerate(routes) if r == "attention"]
+        if idx:
+            att = [kernels[i] for i in idx]
+            gemm_s, gemm_ideal = self._route_latency_s("gemm", [flash_equivalent_gemm(k) for k in att], gpu)
+            scale = np.array([FLASH_MATMULS[k.op] / FLASH_RATIO[k.op] * (0.5 if k.shape[5] else 1.0) for k in att])
+            out[idx] = self.fixed_s["gemm"] + (gemm_s - self.fixed_s["gemm"]) * scale
+            ideal[idx] = gemm_ideal * scale * np.array([FLASH_RATIO[k.op] for k in att])
+        return out, ideal, routes
+
+    def latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> np.ndarray:
+        kernels = list(kernels)
+        if not kernels:
+            return np.zeros(0)
+        out, ideal, routes = self.raw_latency_s(kernels, gpu)
+        if self.calibration:
+            factors = self._calibration_factors(gpu)
+            for i, (k, r) in enumerate(zip(kernels, routes)):
+                f = factors.get(k.dtype if r != "vector" else "memory")
+                if f is not None:
+                    fixed = self.fixed_s["vector" if r == "vector" else "gemm"]
+                    out[i] = max(fixed + (out[i] - fixed) * f, fixed + ideal[i])
+        return out
+
+    def _calibration_factors(self, gpu: GpuSpec) -> dict[str, float]:
+        """measured / predicted time at each calibration shape (per GEMM dtype, and 'memory')."""
+        if gpu.name not in self._factors:
+            from .collect import calibration_kernels
+
+            factors = {}
+            for key, (kernel, measured_s) in calibration_kernels(self.calibration).items():
+                predicted = self.raw_latency_s([kernel], gpu)[0][0]
+                route = "vector" if key == "memory" else "gemm"
+                factors[key] = (measured_s - self.fixed_s[route]) / max(predicted - self.fixed_s[route], 1e-12)
+            self._factors[gpu.name] = factors
+        return self._factors[gpu.name]

@@ -1,0 +1,88 @@
+"""The shipped MLP predictor: loads and predicts without torch; properties of its predictions."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from simulator.hardware import load_gpu
+from simulator.predictor import get_predictor
+from simulator.predictor.kernels import Kernel
+from simulator.predictor.mlp import MLPPredictor, weights_available
+
+pytestmark = pytest.mark.skipif(not weights_available(), reason="no shipped MLP weights")
+
+GPUS = ("T4", "V100-SXM2-16GB", "A100-SXM4-40GB", "L4", "H100-SXM5-80GB", "B200")
+
+
+def sample_kernels(dtype: str) -> list[Kernel]:
+    out = [Kernel("gemm", dtype, (b, m, n, k), lay) for b, m, n, k, lay in
+           [(1, 1, 1, 1, "nn"), (1, 4096, 4096, 4096, "nt"), (96, 2048, 2048, 128, "nt"), (1, 16, 50000, 1024, "tn")]]
+    out += [Kernel(op, dtype, (8192, 4096)) for op in ("add", "gelu", "layernorm", "rmsnorm_bwd", "softmax", "dropout")]
+    out += [Kernel("embedding", dtype, (8192, 4096, 50000)), Kernel("adam", dtype, (10**8,))]
+    if dtype != "fp32":
+        out += [Kernel("flash_attn", dtype, (4, 32, 2048, 2048, 128, 1)), Kernel("flash_attn_bwd", dtype, (4, 32, 2048, 2048, 128, 1))]
+    return out
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return MLPPredictor()
+
+
+def test_predicts_without_torch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # any `import torch` now fails
+    t = MLPPredictor().latency_s([Kernel("gemm", "bf16", (1, 1024, 1024, 1024), "nt")], load_gpu("H100-SXM5-80GB"))
+    assert t.shape == (1,) and 0 < t[0] < 1
+
+
+@pytest.mark.parametrize("gpu_name", GPUS)
+def test_positive_and_never_faster_than_the_roofline_at_full_peak(mlp, gpu_name):
+    gpu = load_gpu(gpu_name)
+    for dtype in ("fp32", "bf16" if gpu.supports("bf16") else "fp16"):
+        ks = sample_kernels(dtype)
+        t = mlp.latency_s(ks, gpu)
+        assert np.isfinite(t).all() and (t > 0).all()
+        for k, seconds in zip(ks, t):
+            peak = gpu.peak_flops_per_s[dtype] if k.family in ("gemm", "attention") else gpu.peak_flops_per_s["fp32"]
+            bound = max(k.flops / peak, k.bytes / gpu.memory_bandwidth_bytes_per_s)
+            assert seconds >= bound * 0.999, (k, seconds, bound)
+            assert seconds >= min(mlp.fixed_s.values()) * 0.999
+
+
+def test_bigger_kernels_are_not_faster(mlp):
+    gpu = load_gpu("A100-SXM4-40GB")
+    for make in (lambda s: Kernel("gemm", "bf16", (1, s, 4096, 4096), "nt"), lambda s: Kernel("add", "bf16", (s, 4096)),
+                 lambda s: Kernel("layernorm", "bf16", (s, 4096))):
+        t = mlp.latency_s([make(s) for s in (512, 1024, 2048, 4096, 8192, 16384)], gpu)
+        assert (t[1:] >= 0.9 * t[:-1]).all(), t  # monotone up to 10 % wiggle
+        assert t[-1] > 4 * t[0]
+
+
+def test_calibration_rescales_towards_the_measured_rate(mlp):
+    gpu = load_gpu("L4")
+    k = Kernel("gemm", "bf16", (1, 8192, 8192, 8192), "nn")
+    spec_s = mlp.latency_s([k], gpu)[0]
+    cal = {"gemm": {"bf16": {"shape": [1, 8192, 8192, 8192], "flops_per_s": k.flops / (2 * spec_s)}}}
+    calibrated = MLPPredictor(calibration=cal)
+    assert calibrated.latency_s([k], gpu)[0] == pytest.approx(2 * spec_s, rel=1e-6)
+    other = Kernel("gemm", "bf16", (1, 2048, 2048, 2048), "nn")
+    assert calibrated.latency_s([other], gpu)[0] > mlp.latency_s([other], gpu)[0]
+
+
+def test_get_predictor_mlp_is_memoised_and_metadata_complete():
+    p = get_predictor("mlp")
+    ks = [Kernel("gemm", "bf16", (1, 64, 64, 64), "nt")] * 3
+    t = p.latency_s(ks, load_gpu("A40"))
+    assert p.name == "mlp" and len(set(t)) == 1 and len(p._cache) == 1
+    meta = MLPPredictor().meta
+    for key in ("features", "data_hash", "seed", "validation_mape", "fixed_s", "members"):
+        assert key in meta
+
+
+def test_unsupported_dtype_is_a_predictor_error(mlp):
+    from simulator.errors import PredictorError
+
+    with pytest.raises(PredictorError):
+        mlp.latency_s([Kernel("gemm", "bf16", (1, 8, 8, 8), "nn")], load_gpu("V100-SXM2-16GB"))

@@ -1,0 +1,83 @@
+"""Training pipeline smoke tests (a few seconds, synthetic data) and the NeuSight baseline."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.hardware import load_gpu
+from simulator.predictor import training as tr
+from simulator.predictor.dataset import Measurement
+from simulator.predictor.kernels import Kernel
+
+torch = pytest.importorskip("torch")
+
+
+def synthetic_rows(n: int = 120) -> tuple[list[Measurement], dict]:
+    """Measurements that follow a roofline at 60 % plus 5 us, on two GPUs, one host-timed group."""
+    rng = np.random.default_rng(0)
+    gpus = {g: load_gpu(g) for g in ("T4", "A100-SXM4-40GB")}
+    rows = []
+    for i in range(n):
+        gpu = gpus["T4" if i % 2 else "A100-SXM4-40GB"]
+        if i % 3:
+            k = Kernel("gemm", "fp16", tuple(int(x) for x in rng.integers(16, 2048, 4)), "nt")
+            peak = gpu.peak_flops_per_s["fp16"]
+        else:
+            k = Kernel("add", "fp16", tuple(int(x) for x in rng.integers(16, 4096, 2)))
+            peak = gpu.peak_flops_per_s["fp32"]
+        t = 5e-6 + max(k.flops / peak, k.bytes / gpu.memory_bandwidth_bytes_per_s) / 0.6
+        kernels = (k, k) if i % 5 == 0 else (k,)
+        timing = "host" if i % 7 == 0 else "kernel"
+        rows.append(Measurement(kernels, gpu.name, t * len(kernels) + (2e-5 if timing == "host" else 0), "syn", timing,
+                                "op"))
+    return rows, gpus
+
+
+def test_fit_export_and_load(tmp_path):
+    from simulator.predictor.mlp import MLPPredictor
+
+    rows, gpus = synthetic_rows()
+    d = tr.design(rows, gpus)
+    assert set(d.routes) == {"gemm", "vector"} and len(d) == len(rows)
+    assert len(d.routes["gemm"][2]) == sum(len(m.kernels) for m in rows if m.kernels[0].family == "gemm")
+    config = tr.FitConfig(epochs=4, batch_rows=32, hidden=(8,), threads=1)
+    models = tr.fit_ensemble(d, config, members=2)
+    first = tr.predict_rows(models[0], d)
+    again = tr.predict_rows(tr.fit(d, config), d)
+    np.testing.assert_allclose(first, again, rtol=1e-5)  # seeded: deterministic
+    tr.export(models, d, tmp_path, {"data_hash": "x"})
+    mlp = MLPPredictor(tmp_path)
+    kernels = [m.kernels[0] for m in rows[:10]]
+    numpy_s = mlp.latency_s(kernels, gpus[rows[0].gpu])
+    assert (numpy_s > 0).all() and np.isfinite(numpy_s).all()
+    assert mlp.meta["members"] == 2 and "syn:op" in mlp.meta["timing_overhead_s"]
+
+
+def test_subset_keeps_kernels_with_their_rows():
+    rows, gpus = synthetic_rows(30)
+    d = tr.design(rows, gpus)
+    mask = np.arange(len(rows)) % 2 == 0
+    sub = d.subset(mask)
+    assert len(sub) == mask.sum()
+    n_kernels = sum(len(m.kernels) for m, keep in zip(rows, mask) if keep)
+    assert sum(len(row) for _, _, row in sub.routes.values()) == n_kernels
+    assert all(row.max() < len(sub) for _, _, row in sub.routes.values() if len(row))
+
+
+def test_classes_groups_and_weights():
+    rows, gpus = synthetic_rows(12)
+    assert {tr.op_class(m) for m in rows} == {"bmm", "elementwise"}
+    assert tr.holdout_group(load_gpu("A100-PCIE-40GB")) == tr.holdout_group(load_gpu("A100-SXM4-40GB"))
+    assert tr.holdout_group(load_gpu("T4")) != tr.holdout_group(load_gpu("RTX-2080-Ti"))
+    w = tr.group_weights(rows)
+    assert w.mean() == pytest.approx(1.0) and (w > 0).all()
+
+
+def test_neusight_baseline_smoke():
+    from simulator.predictor.neusight import NeuSightBaseline
+
+    rows, gpus = synthetic_rows(60)
+    single = [m for m in rows if len(m.kernels) == 1]
+    model = NeuSightBaseline(epochs=1, width=16, depth=3).fit(single, gpus)
+    p = model.predict(rows, gpus)
+    assert p.shape == (len(rows),) and (p >= 0).all()
