@@ -1,0 +1,254 @@
+"""Measure kernels on the local GPU with torch + CUDA events (``simulator collect``).
+
+Needs only torch and numpy. Each kernel is built as a torch call (``BUILDERS``), run ``warmup``
+times, then timed ``repeats`` times with a CUDA event pair around each call; the *median* is kept.
+For small kernels this includes the launch gap (~2-5 us), the same order as the predictor's
+fixed time. Output folder (read back by ``dataset.load_collected``):
+
+* ``kernels.csv``: ``op, dtype, shape (b x m x n x k ...), layout, latency_s, kernel_name``
+* ``gpu.yaml``: the GPU's catalog entry (found by ``torch.cuda.get_device_name``), or what torch
+  reports about an unknown GPU, which the user must complete with datasheet peaks.
+
+``--quick`` instead writes ``calibration.yaml``: sustained GEMM FLOP/s per dtype at one large shape
+and copy bandwidth, for ``predict-kernels --calibration``.
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import yaml
+
+from ..errors import ConfigError, PredictorError
+from ..specs import GpuSpec
+from .kernels import Kernel
+
+TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+CALIBRATION_GEMM = (1, 8192, 8192, 8192)
+CALIBRATION_COPY = (16384, 16384)  # fp32: 1 GiB read + 1 GiB written
+
+
+# --- Pure parts (tested without a GPU) ---------------------------------------------------------------
+
+def default_suite(ops: Optional[Iterable[str]] = None, dtypes: Iterable[str] = ("bf16", "fp32")) -> list[Kernel]:
+    """Transformer-shaped kernels: linear layers fwd/bwd, attention BMMs, flash attention, norms,
+    softmax, elementwise and Adam, for hidden 1024..8192 and 512..16384 tokens."""
+    out: list[Kernel] = []
+    for dtype in dtypes:
+        for h in (1024, 2048, 4096, 8192):
+            for tokens in (512, 2048, 8192, 16384):
+                for n_in, n_out in ((h, 3 * h), (h, h), (h, 4 * h), (4 * h, h)):
+                    out += [Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"),
+                            Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
+                            Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn")]
+                for op in ("layernorm", "layernorm_bwd", "rmsnorm", "add", "mul", "gelu", "gelu_bwd", "dropout",
+                           "softmax", "softmax_bwd", "silu", "copy"):
+                    out.append(Kernel(op, dtype, (tokens, h if op != "gelu" else 4 * h)))
+        for seq in (1024, 2048, 4096, 8192):
+            for heads, d in ((16, 64), (32, 128)):
+                b = max(1, 16384 // seq)
+                out += [Kernel("gemm", dtype, (b * heads, seq, seq, d), "nt"),
+                        Kernel("gemm", dtype, (b * heads, seq, d, seq), "nn")]
+                if dtype != "fp32":
+                    out += [Kernel(op, dtype, (b, heads, seq, seq, d, 1)) for op in ("flash_attn", "flash_attn_bwd")]
+        out += [Kernel(op, dtype, (p,)) for op in ("adam",) for p in (10**6, 10**7, 10**8, 5 * 10**8)]
+    if ops:
+        wanted = set(ops)
+        out = [k for k in out if k.op in wanted]
+    return list(dict.fromkeys(out))
+
+
+def write_kernels_csv(path: Path, rows: Iterable[tuple[Kernel, float, str]]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["op", "dtype", "shape", "layout", "latency_s", "kernel_name"])
+        for k, seconds, name in rows:
+            w.writerow([k.op, k.dtype, "x".join(str(d) for d in k.shape), k.layout, f"{seconds:.6e}", name])
+
+
+def read_gpu_yaml(path: Path) -> GpuSpec:
+    from ..hardware.catalog import gpu_from_mapping
+
+    if not path.is_file():
+        raise ConfigError(str(path), "", None, "missing GPU description")
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "", raw, "expected a mapping of GPU fields")
+    return gpu_from_mapping(raw, str(path))
+
+
+def read_calibration(path: Path) -> dict:
+    """A calibration file written by ``collect --quick``; ConfigError when unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "calibration", str(path), "file not found")
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict) or not ("gemm" in raw or "copy" in raw):
+        raise ConfigError(str(path), "", None, "expected 'gemm' and/or 'copy' sections")
+    try:
+        calibration_kernels(raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(str(path), "", None, f"malformed calibration ({exc})") from None
+    return raw
+
+
+def calibration_kernels(calibration: dict) -> dict[str, tuple[Kernel, float]]:
+    """{dtype or 'memory': (kernel, measured seconds)} from a calibration mapping."""
+    out = {}
+    for dtype, entry in (calibration.get("gemm") or {}).items():
+        k = Kernel("gemm", dtype, tuple(int(d) for d in entry["shape"]), "nn")
+        out[dtype] = (k, k.flops / float(entry["flops_per_s"]))
+    copy = calibration.get("copy")
+    if copy:
+        k = Kernel("copy", copy.get("dtype", "fp32"), tuple(int(d) for d in copy["shape"]))
+        out["memory"] = (k, k.bytes / float(copy["bytes_per_s"]))
+    return out
+
+
+def median_s(samples_ms: list[float]) -> float:
+    return statistics.median(samples_ms) * 1e-3
+
+
+# --- torch parts ---------------------------------------------------------------------------------
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise PredictorError("`simulator collect` needs torch (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise PredictorError("`simulator collect` needs a CUDA GPU; torch sees none")
+    return torch
+
+
+def _gemm(torch, k: Kernel, dev) -> Callable[[], object]:
+    b, m, n, kk = k.shape
+    dt = getattr(torch, TORCH_DTYPES[k.dtype])
+    a_shape = (b, kk, m) if k.layout == "tn" else (b, m, kk)
+    b_shape = (b, n, kk) if k.layout == "nt" else (b, kk, n)
+    a, w = torch.randn(a_shape, device=dev, dtype=dt), torch.randn(b_shape, device=dev, dtype=dt)
+    a = a.transpose(1, 2) if k.layout == "tn" else a
+    w = w.transpose(1, 2) if k.layout == "nt" else w
+    if b == 1:
+        a, w = a[0], w[0]
+        return lambda: torch.mm(a, w)
+    return lambda: torch.bmm(a, w)
+
+
+def _vector(torch, k: Kernel, dev) -> Callable[[], object]:
+    F = torch.nn.functional
+    dt = getattr(torch, TORCH_DTYPES[k.dtype])
+    x = torch.randn(k.shape, device=dev, dtype=dt)
+    y = torch.randn(k.shape, device=dev, dtype=dt)
+    cols = k.shape[-1]
+    if k.op in ("layernorm_bwd", "softmax_bwd", "gelu_bwd"):
+        xr = x.clone().requires_grad_(True)
+        fwd = {"layernorm_bwd": lambda t: F.layer_norm(t, (cols,)), "softmax_bwd": lambda t: torch.softmax(t, -1),
+               "gelu_bwd": F.gelu}[k.op](xr)
+        return lambda: torch.autograd.grad(fwd, xr, y, retain_graph=True)
+    table = {"layernorm": lambda: F.layer_norm(x, (cols,)), "softmax": lambda: torch.softmax(x, -1),
+             "rmsnorm": lambda: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dt),
+             "add": lambda: x + y, "mul": lambda: x * y, "gelu": lambda: F.gelu(x), "silu": lambda: F.silu(x),
+             "relu": lambda: F.relu(x), "tanh": lambda: torch.tanh(x), "dropout": lambda: F.dropout(x, 0.1),
+             "copy": lambda: y.copy_(x)}
+    if hasattr(F, "rms_norm"):
+        table["rmsnorm"] = lambda: F.rms_norm(x, (cols,))
+    if k.op not in table:
+        raise PredictorError(f"collect does not know how to run {k.op!r}")
+    return table[k.op]
+
+
+def _flash(torch, k: Kernel, dev) -> Callable[[], object]:
+    batch, heads, sq, sk, d, causal = k.shape
+    dt = getattr(torch, TORCH_DTYPES[k.dtype])
+    q = torch.randn(batch, heads, sq, d, device=dev, dtype=dt, requires_grad=True)
+    kv = [torch.randn(batch, heads, sk, d, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, *kv, is_causal=bool(causal))  # noqa: E731
+    if k.op == "flash_attn":
+        return sdpa
+    out = sdpa()
+    grad = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, [q, *kv], grad, retain_graph=True)
+
+
+def _adam(torch, k: Kernel, dev) -> Callable[[], object]:
+    p = torch.nn.Parameter(torch.zeros(k.shape[0], device=dev))
+    p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam([p], lr=1e-4, fused=True)
+    return opt.step
+
+
+def builder(k: Kernel) -> Callable:
+    if k.family == "gemm":
+        return _gemm
+    if k.family == "attention":
+        return _flash
+    if k.op == "adam":
+        return _adam
+    return _vector
+
+
+def time_kernel(torch, k: Kernel, dev, warmup: int = 5, repeats: int = 20) -> float:
+    """Median seconds of one call of ``k`` over ``repeats`` CUDA-event timings after ``warmup`` calls."""
+    torch.backends.cuda.matmul.allow_tf32 = k.dtype == "tf32"
+    fn = builder(k)(torch, k, dev)
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return median_s(samples)
+
+
+def local_gpu_mapping(torch) -> dict:
+    """The catalog entry of the local GPU, or what torch knows about it (peaks must be filled in)."""
+    from ..hardware.catalog import _raw_catalog, load_gpu
+
+    name = torch.cuda.get_device_name()
+    try:
+        canonical = load_gpu(name).name
+        return dict(_raw_catalog()[canonical], name=canonical)
+    except ConfigError:
+        props = torch.cuda.get_device_properties(0)
+        return {"name": name, "sms": props.multi_processor_count, "memory_GiB": props.total_memory / 2**30,
+                "l2_MiB": getattr(props, "L2_cache_size", 0) / 2**20, "todo": "add datasheet clocks, TDP, peaks"}
+
+
+def run_collect(out: Path, ops: Optional[list[str]] = None, dtypes: Optional[list[str]] = None,
+                quick: bool = False, warmup: int = 5, repeats: int = 20, log=print) -> int:
+    """Measure the default suite (or calibrate with ``quick``) into ``out``; returns an exit code."""
+    torch = _torch()
+    dev = torch.device("cuda")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu.yaml").write_text(yaml.safe_dump(local_gpu_mapping(torch), sort_keys=False))
+    if quick:
+        return _quick(torch, dev, out, dtypes or ["fp32", "tf32", "fp16", "bf16"], log)
+    rows = []
+    for k in default_suite(ops, dtypes or ("bf16", "fp32")):
+        try:
+            rows.append((k, time_kernel(torch, k, dev, warmup, repeats), ""))
+        except (RuntimeError, PredictorError) as exc:  # e.g. out of memory, unsupported dtype
+            log(f"skip {k}: {str(exc).splitlines()[0]}")
+        torch.cuda.empty_cache()
+    write_kernels_csv(out / "kernels.csv", rows)
+    log(f"wrote {len(rows)} kernels to {out / 'kernels.csv'}")
+    return 0
+
+
+def _quick(torch, dev, out: Path, dtypes: list[str], log) -> int:
+    cal: dict = {"gpu": torch.cuda.get_device_name(), "gemm": {}}
+    for dtype in dtypes:
+        k = Kernel("gemm", dtype, CALIBRATION_GEMM, "nn")
+        cal["gemm"][dtype] = {"shape": list(k.shape), "flops_per_s": k.flops / time_kernel(torch, k, dev, 3, 10)}
+    copy = Kernel("copy", "fp32", CALIBRATION_COPY)
+    cal["copy"] = {"shape": list(copy.shape), "dtype": "fp32", "bytes_per_s": copy.bytes / time_kernel(torch, copy, dev)}
+    (out / "calibration.yaml").write_text(yaml.safe_dump(cal, sort_keys=False))
+    log(f"wrote {out / 'calibration.yaml'}")
+    return 0

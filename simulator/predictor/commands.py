@@ -1,0 +1,128 @@
+"""Predictor subcommands: ``predict-kernels``, ``fit-predictor`` and ``collect``.
+
+``register(subparsers)`` adds them to the CLI; each handler returns an exit code and raises
+``ConfigError`` / ``PredictorError`` for user mistakes (the CLI prints those as one line, status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..specs import DTYPES, GpuSpec
+from .kernels import Kernel
+
+#: NeuSight ``OPName`` -> kernel op (``predict-kernels`` also accepts this project's op names).
+NEUSIGHT_NAMES = {"bmm": "gemm", "linear": "gemm", "ln": "layernorm", "addu": "add_scalar", "mulu": "mul_scalar",
+                  "divu": "div_scalar", "powu": "pow_scalar", "VECln": "layernorm", "VECsoftmax": "softmax"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("predict-kernels", help="predict kernel latencies for rows of a CSV (NeuSight format)")
+    p.add_argument("--gpu", required=True, help="catalog GPU name or a GPU YAML file")
+    p.add_argument("--input", required=True, help="CSV with OPName and B,M,N,K (GEMMs) or B,H (vector ops)")
+    p.add_argument("--output", required=True, help="CSV to write: the input rows plus predicted_ms")
+    p.add_argument("--predictor", default="mlp", help="mlp | roofline (default mlp)")
+    p.add_argument("--calibration", help="calibration file from `simulator collect --quick` (mlp only)")
+    p.set_defaults(handler=predict_kernels)
+
+    p = subparsers.add_parser("fit-predictor", help="train the kernel MLP on measured data (needs torch)")
+    p.add_argument("--data", help="measured data folder (default $SIMULATOR_DATA or ../shared/data)")
+    p.add_argument("--out", required=True, help="folder to write kernel_mlp.npz and kernel_mlp.json")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the shipped setting)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(handler=fit_predictor)
+
+    p = subparsers.add_parser("collect", help="measure kernels on the local CUDA GPU (needs torch)")
+    p.add_argument("--out", required=True, help="folder to write kernels.csv and gpu.yaml (or calibration.yaml)")
+    p.add_argument("--ops", nargs="*", help="only these kernel ops (default: the whole suite)")
+    p.add_argument("--dtype", nargs="*", dest="dtypes", help="dtypes (default bf16 fp32; --quick: all)")
+    p.add_argument("--quick", action="store_true", help="only calibrate sustained GEMM FLOP/s and copy bandwidth")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.set_defaults(handler=collect)
+
+
+def resolve_gpu_arg(value: str) -> GpuSpec:
+    """A catalog name, or a YAML file with a GPU mapping (catalog fields, optionally ``base: NAME``)."""
+    import yaml
+
+    from ..hardware.catalog import resolve_gpu
+
+    path = Path(value)
+    if value.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise ConfigError("command line", "--gpu", value, "file not found")
+        raw = yaml.safe_load(path.read_text())
+        return resolve_gpu(raw.get("gpu", raw) if isinstance(raw, dict) else raw, str(path))
+    return resolve_gpu(value, "command line", "--gpu")
+
+
+def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
+    try:
+        return int(float(row[column]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected an integer") from None
+
+
+def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
+    """One NeuSight-format row -> Kernel. ``bmm``/``linear``: ``A[B,M,N] @ W[B,N,K]`` (N = reduction);
+    vector ops: a B x H tensor; optional ``dtype`` column (default fp32)."""
+    name = (row.get("OPName") or "").strip()
+    dtype = (row.get("dtype") or "fp32").strip() or "fp32"
+    if dtype not in DTYPES:
+        raise ConfigError(source, f"line {line}: dtype", dtype, f"expected one of {', '.join(DTYPES)}")
+    op = NEUSIGHT_NAMES.get(name, name)
+    try:
+        if op == "gemm":
+            b, m, n, k = (_int(row, c, line, source) for c in "BMNK")
+            return Kernel("gemm", dtype, (b if name == "bmm" else 1, m, k, n), "nt" if name == "linear" else "nn")
+        return Kernel(op, dtype, (_int(row, "B", line, source), _int(row, "H", line, source)))
+    except ValueError as exc:  # unknown op or negative dimension
+        raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
+
+
+def predict_kernels(args: argparse.Namespace) -> int:
+    from . import get_predictor
+
+    gpu = resolve_gpu_arg(args.gpu)
+    source = args.input
+    try:
+        with open(source, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            rows, columns = list(reader), list(reader.fieldnames or [])
+    except OSError as exc:
+        raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror}") from None
+    if "OPName" not in columns:
+        raise ConfigError(source, "OPName", None, "required column is missing")
+    kernels = [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
+    if args.calibration and args.predictor != "mlp":
+        raise ConfigError("command line", "--calibration", args.calibration, "only the mlp predictor uses it")
+    predictor = get_predictor(args.predictor, calibration=args.calibration) if args.predictor == "mlp" \
+        else get_predictor(args.predictor)
+    seconds = predictor.latency_s(kernels, gpu)
+    out_columns = columns + ([] if "predicted_ms" in columns else ["predicted_ms"])
+    try:
+        with open(args.output, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=out_columns, extrasaction="ignore")
+            writer.writeheader()
+            for row, t in zip(rows, seconds):
+                writer.writerow(dict(row, predicted_ms=f"{t * 1e3:.6g}"))
+    except OSError as exc:
+        raise ConfigError("command line", "--output", args.output, f"cannot write: {exc.strerror}") from None
+    return 0
+
+
+def fit_predictor(args: argparse.Namespace) -> int:
+    from .training import train_and_export
+
+    train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print)
+    return 0
+
+
+def collect(args: argparse.Namespace) -> int:
+    from .collect import run_collect
+
+    return run_collect(Path(args.out), ops=args.ops, dtypes=args.dtypes, quick=args.quick, warmup=args.warmup,
+                       repeats=args.repeats)

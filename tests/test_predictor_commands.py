@@ -1,0 +1,87 @@
+"""predict-kernels / collect / fit-predictor: argument handling, CSV format, clean failures."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import ConfigError, PredictorError
+from simulator.predictor import collect
+from simulator.predictor.commands import kernel_from_row
+from simulator.predictor.kernels import Kernel
+
+CSV = """OPName,B,M,N,K,H,Latency,Kernel Name,dtype
+bmm,16,128,64,128,,0.1,volta_sgemm_128x64_nn,
+linear,1,2048,1024,4096,,0.5,x,bf16
+ln,,,,,,0.01,y,
+softmax,4096,,,,512,0.01,y,fp16
+"""
+
+
+def test_row_conversion():
+    assert kernel_from_row({"OPName": "bmm", "B": "2", "M": "3", "N": "4", "K": "5"}, 2, "f") == \
+        Kernel("gemm", "fp32", (2, 3, 5, 4), "nn")
+    assert kernel_from_row({"OPName": "gelu", "B": "2", "H": "7", "dtype": "bf16"}, 2, "f") == Kernel("gelu", "bf16", (2, 7))
+    with pytest.raises(ConfigError, match="line 3"):
+        kernel_from_row({"OPName": "conv", "B": "1", "H": "1"}, 3, "f")
+    with pytest.raises(ConfigError, match="dtype"):
+        kernel_from_row({"OPName": "add", "B": "1", "H": "1", "dtype": "int8"}, 3, "f")
+
+
+@pytest.mark.parametrize("predictor", ["roofline", "mlp"])
+def test_predict_kernels_writes_predicted_ms(tmp_path, predictor):
+    from simulator.predictor.mlp import weights_available
+
+    if predictor == "mlp" and not weights_available():
+        pytest.skip("no shipped weights")
+    src = tmp_path / "in.csv"
+    src.write_text(CSV.replace("ln,,,,,,", "ln,64,,,,1024,"))
+    out = tmp_path / "out.csv"
+    assert main(["predict-kernels", "--gpu", "NVIDIA_A100-PCIE-40GB", "--input", str(src), "--output", str(out),
+                 "--predictor", predictor]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 4 and all(float(r["predicted_ms"]) > 0 for r in rows)
+    assert rows[0]["Kernel Name"] == "volta_sgemm_128x64_nn"  # other columns are kept
+    # a bf16 row on a GPU without bf16 is a one-line user error
+    assert main(["predict-kernels", "--gpu", "Tesla_T4", "--input", str(src), "--output", str(out),
+                 "--predictor", predictor]) == 2
+
+
+def test_predict_kernels_user_errors(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("B,H\n1,2\n")
+    assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(src), "--output", str(tmp_path / "o.csv"),
+                 "--predictor", "roofline"]) == 2
+    assert "OPName" in capsys.readouterr().err
+    assert main(["predict-kernels", "--gpu", "no-such-gpu", "--input", str(src), "--output", "x"]) == 2
+    assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(tmp_path / "missing.csv"), "--output", "x"]) == 2
+
+
+def test_gpu_from_yaml_file(tmp_path):
+    from simulator.predictor.commands import resolve_gpu_arg
+
+    path = tmp_path / "gpu.yaml"
+    path.write_text("gpu:\n  base: A100-SXM4-40GB\n  name: my-a100\n  tdp_W: 300\n")
+    gpu = resolve_gpu_arg(str(path))
+    assert gpu.name == "my-a100" and gpu.tdp_w == 300 and gpu.sms == 108
+
+
+def test_collect_fails_cleanly_without_cuda(tmp_path):
+    with pytest.raises(PredictorError, match="CUDA|torch"):
+        collect.run_collect(tmp_path / "out", quick=True)
+
+
+def test_collect_pure_parts(tmp_path):
+    suite = collect.default_suite(["gemm", "layernorm"], ["bf16"])
+    assert suite and {k.op for k in suite} == {"gemm", "layernorm"} and len(set(suite)) == len(suite)
+    assert collect.median_s([3.0, 1.0, 2.0]) == pytest.approx(2e-3)
+    path = tmp_path / "cal.yaml"
+    path.write_text("gemm:\n  bf16: {shape: [1, 8192, 8192, 8192], flops_per_s: 6.0e14}\n"
+                    "copy: {shape: [16384, 16384], dtype: fp32, bytes_per_s: 3.0e12}\n")
+    kernels = collect.calibration_kernels(collect.read_calibration(path))
+    assert kernels["bf16"][1] == pytest.approx(2 * 8192**3 / 6e14)
+    assert kernels["memory"][1] == pytest.approx(8 * 16384**2 / 3e12)
+    path.write_text("gemm:\n  bf16: {flops_per_s: 1}\n")
+    with pytest.raises(ConfigError):
+        collect.read_calibration(path)
