@@ -59,23 +59,41 @@ class GpuSpec(Spec):
         return dtype in self.peak_flops_per_s
 
 
-IntraKind = Literal["nvswitch", "nvlink_mesh", "nvlink_pairs", "pcie"]
+IntraKind = Literal["nvswitch", "nvlink_mesh", "nvlink_pairs", "hybrid_cube_mesh", "pcie"]
 InterTopology = Literal["rail_optimized", "fat_tree"]
+Transport = Literal["rdma", "socket"]
 
 
 class IntraNodeSpec(Spec):
     """Fabric inside one node. Bandwidths are line rates per GPU per direction; ``efficiency`` is the
-    fraction NCCL-style transfers actually reach (see ``topology.graph`` for the defaults' sources)."""
+    fraction NCCL-style transfers actually reach (see ``topology.links`` for the defaults' sources).
+
+    Kinds: ``nvswitch`` (every GPU on a non-blocking NVSwitch plane), ``nvlink_mesh`` (every pair joined
+    directly, e.g. HGX-4), ``nvlink_pairs`` (PCIe cards bridged in pairs), ``hybrid_cube_mesh`` (DGX-1's
+    8-GPU cube mesh), ``pcie`` (no NVLink). Every kind also has a PCIe tree: GPUs (and NICs) behind PCIe
+    switches, switches on CPU sockets, sockets joined by a CPU interconnect.
+    """
 
     kind: IntraKind
     bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # default: the GPU's NVLink or PCIe rate
     latency_s: float = Field(1.0e-6, ge=0)
     efficiency: Optional[float] = Field(None, gt=0, le=1)
     pcie_bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # GPU <-> host/NIC link; default from pcie_generation
+    #: NVLink links joining two GPUs (mesh, pairs); default: the GPU's links split evenly over its peers
+    nvlink_links_per_pair: Optional[PositiveInt] = None
+    #: GPUs behind one PCIe switch; default: one NIC's worth of GPUs (NVLink kinds), a socket's GPUs (pcie)
+    gpus_per_pcie_switch: Optional[PositiveInt] = None
+    cpu_sockets: PositiveInt = 1
+    #: PCIe peer-to-peer between GPUs; False routes GPU-to-GPU PCIe traffic through host memory (NCCL's SHM)
+    gpu_p2p: bool = True
+    cpu_interconnect_bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # socket to socket, per direction
+    #: NVLink SHARP (in-switch reduction); default: NVSwitch with a Hopper or later GPU
+    nvls: Optional[bool] = None
 
 
 class InterNodeSpec(Spec):
-    """Fabric between nodes: NICs into leaf switches, leaves into spines."""
+    """Fabric between nodes: NICs into leaf switches, leaves into spines. ``transport: socket`` is TCP
+    without RDMA (NCCL's socket transport: data staged in host memory)."""
 
     nics_per_node: PositiveInt
     nic_bandwidth_bytes_per_s: PositiveFloat  # line rate per NIC per direction
@@ -84,6 +102,7 @@ class InterNodeSpec(Spec):
     nodes_per_leaf: PositiveInt = 32  # fat_tree only: nodes under one leaf switch
     latency_s: float = Field(5.0e-6, ge=0)
     efficiency: float = Field(0.94, gt=0, le=1)
+    transport: Transport = "rdma"
 
 
 class ClusterSpec(Spec):
@@ -99,8 +118,13 @@ class ClusterSpec(Spec):
     def _multi_node_needs_network(self) -> "ClusterSpec":
         if self.nodes > 1 and self.inter_node is None:
             raise ValueError("a cluster with more than one node needs an inter_node section")
-        if self.intra_node.kind == "nvlink_pairs" and self.gpus_per_node % 2:
+        intra = self.intra_node
+        if intra.kind == "nvlink_pairs" and self.gpus_per_node % 2:
             raise ValueError("nvlink_pairs needs an even number of GPUs per node")
+        if intra.kind == "hybrid_cube_mesh" and self.gpus_per_node != 8:
+            raise ValueError("hybrid_cube_mesh is DGX-1's 8-GPU topology: gpus_per_node must be 8")
+        if self.gpus_per_node % intra.cpu_sockets:
+            raise ValueError(f"{self.gpus_per_node} GPUs per node do not split evenly over {intra.cpu_sockets} CPU sockets")
         return self
 
     @property

@@ -1,11 +1,17 @@
-"""Routes between GPUs: a path of directed edges over the topology graph.
+"""Routes between GPUs: a path of directed edges over the topology graph, chosen the way NCCL does.
 
-Inside a node: NVLink whenever it connects the two GPUs (as NCCL's P2P transport does), else the
-fewest PCIe hops. Between nodes: source GPU ->
-its NIC -> shortest path over the switch fabric -> destination NIC -> destination GPU, so inter-node
-traffic never detours through other GPUs. Ties break by node insertion order (deterministic).
+Inside a node (NCCL paths.cc): an NVLink path if one exists, either direct, through the NVSwitch, or
+through one intermediate GPU ("NVB", NCCL stages the data in that GPU's memory); otherwise the PCIe tree.
+With GPU peer-to-peer the PCIe path turns at the lowest common switch; without it (``gpu_p2p: false``)
+it goes up to the CPU and back down, through host memory (NCCL's SHM transport) and each GPU's staging
+edge (see ``nodes._staged``). Between nodes: source
+GPU -> its NIC -> shortest path over the switch fabric -> destination NIC -> destination GPU. Ties break
+by node insertion order (deterministic).
 """
 from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
 
 import networkx as nx
 
@@ -18,43 +24,102 @@ def _path_edges(nodes: list[str]) -> tuple[Edge, ...]:
     return tuple(zip(nodes[:-1], nodes[1:]))
 
 
-#: Hop cost by link kind: any number of NVLink hops beats one PCIe hop.
-HOP_COST = {"nvlink": 1.0, "pcie": 1000.0, "network": 1000.0}
+def _inverse_capacity(u: str, v: str, data: dict) -> float:
+    """Edge weight: fewest hops first (NCCL prefers a direct link to a path through another GPU), then the
+    fastest links."""
+    return 1.0 + 1e6 / data["capacity_bytes_per_s"]
 
 
-def _hop_cost(u: str, v: str, data: dict) -> float:
-    return HOP_COST[data["kind"]]
+def _nvlink_path(topo: Topology, src: str, dst: str, via: Optional[frozenset]) -> Optional[list[str]]:
+    g = topo.graph
+
+    def node_ok(v: str) -> bool:
+        if v in (src, dst) or v.endswith(".nvswitch"):
+            return True
+        return v.startswith("gpu") and (via is None or v in via)
+
+    sub = nx.subgraph_view(g, filter_node=node_ok, filter_edge=lambda u, v: g.edges[u, v]["kind"] == "nvlink")
+    try:
+        path = nx.shortest_path(sub, src, dst, weight=_inverse_capacity)
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        return None
+    gpus_between = [v for v in path[1:-1] if v.startswith("gpu")]
+    return path if len(gpus_between) <= 1 else None  # NCCL allows one intermediate GPU (PATH_NVB)
 
 
-def _intra(topo: Topology, src: str, dst: str) -> list[str]:
-    allowed = lambda v: not (".nic" in v)  # noqa: E731 -- NICs are not a way between two local GPUs
-    sub = nx.subgraph_view(topo.graph, filter_node=allowed)
-    return nx.shortest_path(sub, src, dst, weight=_hop_cost)
+def _host_path(topo: Topology, node: int, src: str, dst: str) -> list[str]:
+    """Shortest path over node ``node``'s PCIe switches and CPU sockets (no other GPU, no other NIC)."""
+    prefix = (f"n{node}.pcie", f"n{node}.cpu")
+    sub = nx.subgraph_view(topo.graph, filter_node=lambda v: v in (src, dst) or v.startswith(prefix),
+                           filter_edge=lambda u, v: topo.graph.edges[u, v]["kind"] in ("pcie", "cpu"))
+    return nx.shortest_path(sub, src, dst, weight=_inverse_capacity)
+
+
+def _pcie_path(topo: Topology, node: int, src: str, dst: str) -> list[str]:
+    if topo.cluster.intra_node.gpu_p2p:
+        return _host_path(topo, node, src, dst)
+    up = _host_path(topo, node, src, f"n{node}.cpu{_socket(topo, src)}")
+    return up + _host_path(topo, node, up[-1], dst)[1:]
+
+
+def _socket(topo: Topology, gpu: str) -> int:
+    c = topo.cluster
+    return (int(gpu[3:]) % c.gpus_per_node) // (c.gpus_per_node // c.intra_node.cpu_sockets)
 
 
 def _network(topo: Topology, src_nic: str, dst_nic: str) -> list[str]:
-    allowed = lambda v: not v.startswith("gpu") and not v.endswith((".host", ".nvswitch"))  # noqa: E731
+    allowed = lambda v: v in (src_nic, dst_nic) or v.startswith(("rail", "leaf", "spine"))  # noqa: E731
     sub = nx.subgraph_view(topo.graph, filter_node=allowed)
-    return nx.shortest_path(sub, src_nic, dst_nic, weight=_hop_cost)
+    return nx.shortest_path(sub, src_nic, dst_nic, weight=_inverse_capacity)
 
 
-def route(topo: Topology, src_rank: int, dst_rank: int) -> tuple[Edge, ...]:
-    """Directed edges from GPU ``src_rank`` to GPU ``dst_rank`` (empty for the same GPU)."""
-    key = (src_rank, dst_rank)
+def to_nic(topo: Topology, rank: int, nic: str) -> tuple[Edge, ...]:
+    """GPU ``rank`` -> NIC ``nic`` of its own node over PCIe (and through the CPU for socket transport)."""
+    return _path_edges(_host_path(topo, topo.node_of(rank), f"gpu{rank}", nic))
+
+
+def from_nic(topo: Topology, nic: str, rank: int) -> tuple[Edge, ...]:
+    """NIC ``nic`` -> GPU ``rank`` of the same node (not simply ``to_nic`` reversed: staging edges are one-way)."""
+    return _path_edges(_host_path(topo, topo.node_of(rank), nic, f"gpu{rank}"))
+
+
+def between_nics(topo: Topology, src_nic: str, dst_nic: str) -> tuple[Edge, ...]:
+    return _path_edges(_network(topo, src_nic, dst_nic))
+
+
+def route(topo: Topology, src_rank: int, dst_rank: int, via: Optional[Iterable[int]] = None) -> tuple[Edge, ...]:
+    """Directed edges from GPU ``src_rank`` to GPU ``dst_rank`` (empty for the same GPU). ``via`` limits the
+    GPUs an NVLink path may pass through (NCCL only stages through GPUs of the communicator)."""
+    via_set = None if via is None else frozenset(f"gpu{r}" for r in via)
+    key = (src_rank, dst_rank, via_set)
     cached = topo._routes.get(key)
     if cached is not None:
         return cached
     src, dst = f"gpu{src_rank}", f"gpu{dst_rank}"
+    node = topo.node_of(src_rank)
     if src_rank == dst_rank:
         edges: tuple[Edge, ...] = ()
-    elif topo.node_of(src_rank) == topo.node_of(dst_rank):
-        edges = _path_edges(_intra(topo, src, dst))
+    elif node == topo.node_of(dst_rank):
+        path = _nvlink_path(topo, src, dst, via_set) or _pcie_path(topo, node, src, dst)
+        edges = _path_edges(path)
     else:
         a, b = topo.nic_of(src_rank), topo.nic_of(dst_rank)
-        edges = ((src, a),) + _path_edges(_network(topo, a, b)) + ((b, dst),)
+        edges = to_nic(topo, src_rank, a) + between_nics(topo, a, b) + from_nic(topo, b, dst_rank)
     topo._routes[key] = edges
     return edges
 
 
 def route_latency_s(topo: Topology, edges: tuple[Edge, ...]) -> float:
     return sum(topo.graph.edges[e]["latency_s"] for e in edges)
+
+
+def bottleneck_bytes_per_s(topo: Topology, edges: tuple[Edge, ...]) -> float:
+    return min((topo.graph.edges[e]["capacity_bytes_per_s"] for e in edges), default=math.inf)
+
+
+def path_kind(topo: Topology, edges: tuple[Edge, ...]) -> str:
+    """NCCL's path class for latency tables: ``net`` (crosses a NIC), ``nvlink`` or ``pcie``."""
+    kinds = {topo.graph.edges[e]["kind"] for e in edges}
+    if "net" in kinds:
+        return "net"
+    return "nvlink" if kinds == {"nvlink"} else "pcie"

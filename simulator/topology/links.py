@@ -1,0 +1,68 @@
+"""Usable bandwidth of each kind of link: line rate x the fraction NCCL-style transfers reach.
+
+All figures are per direction. Sources are digested in ``shared/docs/network-model.md`` (sections 3 and 4):
+
+* NVLink line rate per link: 20 GB/s (NVLink 1), 25 GB/s (NVLink 2-4), 50 GB/s (NVLink 5).
+* NVLink efficiency per generation = measured NCCL ring all-reduce bus bandwidth / line rate:
+  NVLink 2: DGX-1 V100 134.5 of 150 GB/s and one link 22.6 of 25 (vTrain nccl-tests) -> 0.90;
+  NVLink 3: DGX A100 230-235 of 300 (stas00, nccl-tests#175), RTX 3090 bridge 43.5 of 56.25 (Aceso) -> 0.78;
+  NVLink 4: DGX H100/H200 365-370 of 450 (nccl#1455, stas00) -> 0.815;
+  NVLink 5: HGX B200 673-695 of 900 (stas00, nccl#2140) -> 0.756.
+  NVLink 1 has no measurement here: NCCL's own constant (18 of 20 -> 0.90, topo.h SM60).
+* GA100 (A100/A800/A30) is the exception: its links carry 97.6% of line rate and the ring kernels lose
+  a ring-size-dependent share (``ring_overhead`` below); see ``collectives.cost``.
+* PCIe: x1 line rate after encoding per generation; NCCL models Gen3/4/5 x16 as 12/24/48 GB/s (topo.h),
+  i.e. 0.76 of line rate, which the A100 PCIe pairs' cross-pair all-reduce reproduces (23.7 of 31.5 GB/s).
+* PCIe without peer-to-peer (GeForce cards, "CNS" chipsets): NCCL's SHM transport stages every hop in
+  host memory, and a GPU's sends and receives share one budget of about 0.63 of the PCIe line rate:
+  RTX 2080 / Titan RTX Gen3 boxes in Aceso's profiles move 9.9 GB/s one way (point-to-point) and 4-5 GB/s
+  each way at once (rings, all-to-all).
+* CPU socket interconnect: NCCL's constants (topo.h): Skylake-class UPI 10 GB/s by default.
+* NICs: 0.94 of line rate for RDMA (HDR 23.5 of 25 GB/s, NDR 46-48.5 of 50: SimAI, nccl-tests#290).
+"""
+from __future__ import annotations
+
+NVLINK_LINK_BYTES_PER_S = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 50e9}
+NVLINK_EFFICIENCY = {1: 0.90, 2: 0.90, 3: 0.78, 4: 0.815, 5: 0.756}
+PCIE_EFFICIENCY = 0.76
+#: PCIe x1 line rate per direction by generation (bytes/s), after encoding overhead.
+PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+#: Host-memory staging (no GPU peer-to-peer): both directions together reach this fraction of the line rate.
+SHM_EFFICIENCY = 0.63
+CPU_INTERCONNECT_BYTES_PER_S = 10e9
+
+
+def gpu_family(gpu_name: str) -> str:
+    """Die family where it changes NCCL's behaviour: ``ga100`` for A100/A800/A30, else ``other``."""
+    name = gpu_name.upper()
+    return "ga100" if name.startswith(("A100", "A800", "A30")) else "other"
+
+
+#: per GPU family: (NVLink efficiency override, ring overhead k). The ring all-reduce time on GA100 is
+#: f*S/B + S/P with B = 0.976 x line rate and P ~ 600 GB/s, i.e. an efficiency f/(f + k), k = B/P = 0.485,
+#: where f = 2(n-1)/n: it fits vTrain's DGX A100 (n = 2..8), Aceso's A100 (n = 2, 4) and Vidur's A100 PCIe
+#: pair within 3% at 0.5-4 GB. Volta and Hopper show no such term (ring busbw flat in n: vTrain DGX-1,
+#: nccl#1455), so k = 0 there.
+FAMILY_NVLINK = {"ga100": (0.976, 0.485)}
+
+
+def nvlink_efficiency(generation: int, gpu_name: str) -> float:
+    override = FAMILY_NVLINK.get(gpu_family(gpu_name))
+    return override[0] if override else NVLINK_EFFICIENCY.get(generation, 0.80)
+
+
+def ring_overhead(gpu_name: str) -> float:
+    """Dimensionless k of the ring efficiency f/(f + k) on NVLink (0 where none is measured)."""
+    override = FAMILY_NVLINK.get(gpu_family(gpu_name))
+    return override[1] if override else 0.0
+
+
+def nvlink_per_link_bytes_per_s(generation: int, total_bytes_per_s: float, links: int) -> float:
+    """Line rate of one link: the GPU's total over its link count (falls back to the generation's rate)."""
+    if links > 0 and total_bytes_per_s > 0:
+        return total_bytes_per_s / links
+    return NVLINK_LINK_BYTES_PER_S.get(generation, 25e9)
+
+
+def pcie_line_bytes_per_s(generation: int, lanes: int) -> float:
+    return PCIE_LANE_BYTES_PER_S[generation] * lanes
