@@ -1,47 +1,168 @@
 import pytest
 
-from simulator.collectives import lower_collective
-from simulator.collectives.algorithms import ring_orders
+from simulator.collectives import estimate, lower_collective
+from simulator.collectives.cost import candidates, nvls_eligible
+from simulator.collectives.pipelines import graph_for, ring_search
+from simulator.hardware import load_gpu
+from simulator.loading import load_cluster
+from simulator.specs import ClusterSpec, IntraNodeSpec
 from simulator.topology import build_topology
 
 from conftest import make_cluster
 
-
-@pytest.fixture
-def node8():
-    return build_topology(make_cluster(8, kind="nvswitch", gpu="A100-SXM4-80GB"))
+GIB = 2**30
 
 
-def test_ring_all_reduce_traffic(node8):
-    plan = lower_collective(node8, "all_reduce", tuple(range(8)), 8e6)
-    assert len(plan.flows) == 8
-    assert all(f.size_bytes == pytest.approx(2 * 7 / 8 * 8e6) for f in plan.flows)
-    assert {(f.src, f.dst) for f in plan.flows} == {(i, (i + 1) % 8) for i in range(8)}
-    assert plan.latency_s == pytest.approx(14 * 1e-6)
+def topo_of(name, nodes=None):
+    return build_topology(load_cluster(name, nodes))
 
 
-@pytest.mark.parametrize("op,fraction,steps", [("all_gather", 3 / 4, 3), ("reduce_scatter", 3 / 4, 3)])
-def test_ring_gather_scatter(node8, op, fraction, steps):
-    plan = lower_collective(node8, op, (0, 1, 2, 3), 4e6)
-    assert all(f.size_bytes == pytest.approx(fraction * 4e6) for f in plan.flows)
-    assert plan.latency_s == pytest.approx(steps * 1e-6)
+@pytest.fixture(scope="module")
+def dgx_a100():
+    return topo_of("dgx-a100")
 
 
-def test_send_recv_broadcast_all_to_all(node8):
-    assert lower_collective(node8, "send_recv", (2, 5), 10.0).flows[0].size_bytes == 10.0
-    assert len(lower_collective(node8, "broadcast", (0, 1, 2), 10.0).flows) == 2
-    a2a = lower_collective(node8, "all_to_all", (0, 1, 2, 3), 40.0)
-    assert len(a2a.flows) == 12 and a2a.flows[0].size_bytes == 10.0
+@pytest.fixture(scope="module")
+def dgx1():
+    return topo_of("dgx1-v100")
 
 
-def test_single_rank_group_is_free(node8):
-    plan = lower_collective(node8, "all_reduce", (3,), 1e9)
-    assert plan.flows == () and plan.latency_s == 0
+def busbw_gbps(topo, n, algorithm=None, size=8 * GIB, nodes=1):
+    g = topo.cluster.gpus_per_node
+    group = tuple(k * g + i for k in range(nodes) for i in range(n // nodes))
+    return estimate(topo, "all_reduce", group, size, algorithm).busbw_bytes_per_s / 1e9
 
 
-def test_multi_node_ring_uses_one_channel_per_nic():
-    topo = build_topology(make_cluster(4, nodes=2, nics=4))
-    rings = ring_orders(topo, tuple(range(8)))
-    assert len(rings) == 4
-    exits = {ring[3] for ring in rings}  # last GPU of node 0 in each ring: all different
-    assert len(exits) == 4
+# ---- published bus bandwidth anchors (network-model.md section 3), within 5% ---------------------------------
+
+@pytest.mark.parametrize("cluster,n,nodes,algorithm,measured", [
+    ("dgx-a100", 8, 1, "ring", 232.5),
+    ("dgx-h100", 8, 1, "ring", 367.5),
+    ("dgx-h100", 8, 1, "nvls", 480.0),
+    ("dgx-a100-2node", 16, 2, "ring", 192.0),
+    ("dgx-h100-2node", 16, 2, "ring", 380.0),
+])
+def test_published_busbw_anchors(cluster, n, nodes, algorithm, measured):
+    assert busbw_gbps(topo_of(cluster), n, algorithm, nodes=nodes) == pytest.approx(measured, rel=0.05)
+
+
+def test_nvls_busbw_grows_with_gpus_like_nccl_1455():
+    topo = topo_of("dgx-h100")  # measured 370/420/440/460/480 GB/s at 4..8 GPUs
+    for n, measured in [(4, 370), (5, 420), (6, 440), (7, 460), (8, 480)]:
+        assert busbw_gbps(topo, n, "nvls") == pytest.approx(measured, rel=0.05)
+
+
+def test_a100_ring_busbw_grows_with_ring_size_like_vtrain(dgx_a100):
+    # vTrain's nccl-tests on DGX A100 at 1 GiB: 197 (2 GPUs), 222 (4), 229 (8) GB/s
+    for n, measured in [(2, 197.3), (4, 221.9), (8, 229.3)]:
+        assert busbw_gbps(dgx_a100, n, size=GIB) == pytest.approx(measured, rel=0.03)
+
+
+def test_dgx1_rings_pack_the_cube_mesh_links(dgx1):
+    # vTrain's nccl-tests on DGX-1 at 1 GiB: 2 GPUs share one link, 8 GPUs use all six links
+    for n, measured in [(2, 22.6), (3, 45.1), (6, 45.8), (8, 134.5)]:
+        assert busbw_gbps(dgx1, n, size=GIB) == pytest.approx(measured, rel=0.05)
+    assert len(ring_search(dgx1, list(range(8)))) > 1
+
+
+def test_hgx4_mesh_uses_every_link():
+    topo = topo_of("hgx-a100-4gpu-40gb")
+    rings = ring_search(topo, [0, 1, 2, 3])
+    assert sum(rate for _, rate in rings) == pytest.approx(3 * 100e9 * 0.976, rel=1e-6)
+
+
+def test_pcie_pairs_ring_is_limited_by_pcie():
+    topo = topo_of("a100-pcie-nvlink-pairs", 1)  # Vidur: 4-GPU all-reduce saturates at ~24 GB/s
+    assert busbw_gbps(topo, 4, "ring") == pytest.approx(24.0, rel=0.05)
+    assert busbw_gbps(topo, 2) == pytest.approx(197.0, rel=0.05)  # the bridge
+
+
+# ---- algorithm and protocol selection ------------------------------------------------------------------------
+
+def test_protocol_moves_from_ll_to_simple_with_size(dgx_a100):
+    protos = [estimate(dgx_a100, "all_reduce", tuple(range(8)), s).protocol for s in (1024, 4 * 2**20, GIB)]
+    assert protos == ["LL", "LL128", "Simple"]
+
+
+def test_nvls_only_on_hopper_nvswitch(dgx_a100):
+    h100 = topo_of("dgx-h100")
+    assert nvls_eligible(h100, tuple(range(8))) and not nvls_eligible(dgx_a100, tuple(range(8)))
+    assert estimate(h100, "all_reduce", tuple(range(8)), GIB).algorithm == "nvls"
+    assert estimate(h100, "all_reduce", tuple(range(8)), 1024).algorithm == "ring"
+
+
+def test_no_ll128_on_pcie():
+    topo = topo_of("l4x4-pcie")
+    assert {c.protocol for c in candidates(topo, "all_reduce", (0, 1, 2, 3))} == {"LL", "Simple"}
+
+
+def test_tree_is_a_multi_node_candidate_and_hierarchical_only_when_asked():
+    topo = topo_of("dgx-h100-2node")
+    group = tuple(range(16))
+    algos = {c.algorithm for c in candidates(topo, "all_reduce", group)}
+    assert {"ring", "tree", "hierarchical"} <= algos
+    assert estimate(topo, "all_reduce", group, GIB).algorithm != "hierarchical"
+    assert estimate(topo, "all_reduce", group, GIB, algorithm="hierarchical").algorithm == "hierarchical"
+    with pytest.raises(ValueError):
+        estimate(topo, "all_gather", group, GIB, algorithm="nvls")
+
+
+def test_chosen_candidate_is_the_fastest(dgx_a100):
+    group = tuple(range(8))
+    for size in (8, 2**16, 2**22, 2**28):
+        best = estimate(dgx_a100, "all_reduce", group, size)
+        assert all(best.time_s <= c.time_s(size) + 1e-15 for c in candidates(dgx_a100, "all_reduce", group))
+
+
+def test_zero_latency_fabric_has_zero_latency_collectives():
+    topo = build_topology(make_cluster(4, intra_latency=0.0))
+    assert estimate(topo, "all_reduce", (0, 1, 2, 3), 1.0).time_s < 1e-9
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"])
+def test_every_collective_has_a_plan_and_busbw_factor(dgx_a100, op):
+    est = estimate(dgx_a100, op, tuple(range(8)), GIB)
+    assert est.time_s > 0 and est.busbw_bytes_per_s > 0
+    assert lower_collective(dgx_a100, op, tuple(range(8)), GIB).flows
+
+
+def test_single_rank_and_empty_calls_are_free(dgx_a100):
+    assert lower_collective(dgx_a100, "all_reduce", (3,), 1e9).flows == ()
+    assert estimate(dgx_a100, "all_reduce", (0, 1), 0).time_s == 0.0
+
+
+# ---- channel graphs ----------------------------------------------------------------------------------------
+
+def test_multi_node_ring_has_one_channel_per_nic_on_its_rail():
+    topo = topo_of("dgx-h100-2node")
+    graph = graph_for(topo, "ring", tuple(range(16)), 2 * 15 / 16)
+    assert graph.channels == 8
+    for pipe in graph.pipelines:
+        rails = {v for hop in pipe.hops for _, v in hop if v.startswith("rail")}
+        assert len(rails) == 1 and "spine" not in {v for hop in pipe.hops for _, v in hop}
+
+
+def test_two_node_tree_sends_less_over_the_network_than_the_ring():
+    topo = build_topology(make_cluster(4, nodes=2, nics=1, nic_bw=25e9))  # one NIC per node: the limit
+    ring = estimate(topo, "all_reduce", tuple(range(8)), GIB, "ring")
+    tree = estimate(topo, "all_reduce", tuple(range(8)), GIB, "tree")
+    assert ring.busbw_bytes_per_s == pytest.approx(25e9 * 0.94, rel=0.02)
+    # a ring sends 2(n-1)/n of the buffer out of each node, the two trees together about 1x (nccl#1576)
+    assert tree.busbw_bytes_per_s == pytest.approx(25e9 * 0.94 * 0.92 * 2 * 7 / 8, rel=0.02)
+
+
+def test_no_p2p_box_shares_the_staging_budget():
+    c = ClusterSpec(name="t", gpu=load_gpu("RTX-2080"), nodes=1, gpus_per_node=4,
+                    intra_node=IntraNodeSpec(kind="pcie", gpu_p2p=False, gpus_per_pcie_switch=1))
+    topo = build_topology(c)
+    p2p = estimate(topo, "send_recv", (0, 1), GIB).busbw_bytes_per_s
+    ring = estimate(topo, "all_gather", (0, 1, 2, 3), GIB, "ring").busbw_bytes_per_s
+    assert p2p == pytest.approx(0.63 * 15.76e9, rel=0.01)
+    assert ring == pytest.approx(p2p / 2, rel=0.05)  # every GPU sends and receives through its staging
+
+
+def test_send_recv_is_the_route_bottleneck():
+    topo = build_topology(make_cluster(4, kind="nvlink_mesh"))
+    est = estimate(topo, "send_recv", (1, 3), 1e9)
+    cap = topo.graph.edges["gpu1", "gpu3"]["capacity_bytes_per_s"]
+    assert est.time_s == pytest.approx(1e-6 + 1e9 / cap)

@@ -58,3 +58,32 @@ def test_late_flow_shares_then_speeds_up():
 def test_disjoint_flows_do_not_interact():
     ends = run_flows([((A,), 100.0), ((B,), 100.0)], {A: 10.0, B: 10.0})
     assert ends == {0: pytest.approx(10.0), 1: pytest.approx(10.0)}
+
+
+def test_caps_limit_a_flow_and_leave_the_rest_to_others():
+    assert max_min_rates([(A,), (A,)], {A: 10.0}, [2.0, float("inf")]) == [2.0, 8.0]
+
+
+def test_capped_flows_that_fit_run_at_their_caps_without_a_solve():
+    env = simpy.Environment()
+    fabric = Fabric(env, {A: 10.0, B: 10.0})
+    fabric.transfer([((A,), 40.0, 4.0), ((A, B), 60.0, 6.0)])
+    env.run()
+    assert env.now == pytest.approx(10.0) and fabric.solves == 0
+
+
+def test_only_the_touched_component_is_re_solved():
+    env = simpy.Environment()
+    fabric = Fabric(env, {A: 10.0, B: 10.0, C: 10.0})
+    ends = {}
+
+    def go(name, edges, size, start):
+        yield env.timeout(start)
+        yield fabric.transfer([(edges, size)])[0]
+        ends[name] = env.now
+
+    env.process(go("a", (A,), 100.0, 0.0))
+    env.process(go("b", (A,), 100.0, 0.0))
+    env.process(go("c", (C,), 50.0, 1.0))  # on its own link: unaffected by a and b
+    env.run()
+    assert ends == {"a": pytest.approx(20.0), "b": pytest.approx(20.0), "c": pytest.approx(6.0)}

@@ -1,110 +1,141 @@
 """Bandwidth sharing between concurrent flows: the one place where it is decided.
 
-Max-min fairness by progressive filling (network-model.md section 5.3): on every flow start or finish,
-each link's remaining capacity is split equally among the unfrozen flows crossing it; the link with the
-smallest share freezes its flows at that rate; repeat. Between events rates are constant, so a flow's
-progress is exact. One SimPy process wakes at the next completion; a generation counter discards
-wake-ups made stale by a rate change.
+Max-min fairness by progressive filling (``topology.sharing``, network-model.md section 5.3), with a rate
+cap per flow (its channel's rate on an idle fabric, set by the collective algorithms). Rates change only
+for the flows linked, through shared edges, to a flow that starts or ends: that component is re-solved,
+everything else keeps its rate and its scheduled completion. When the caps of a component fit within its
+links' capacities (always the case for one collective alone), every flow simply runs at its cap: this is
+the closed form, and no solve is needed. Completions sit in a heap; one SimPy process wakes at the next.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass, field
+from itertools import count
 
 import simpy
 
+from ..topology.sharing import max_min_rates
+
+__all__ = ["Fabric", "max_min_rates"]
+
 Edge = tuple[str, str]
-_EPS_BYTES = 1e-3
+_REL = 1e-12
 
 
 @dataclass(eq=False)
 class _Flow:
+    seq: int
     edges: tuple[Edge, ...]
     remaining: float
+    cap: float
     done: simpy.Event
     rate: float = 0.0
+    stamp: float = 0.0  # time at which ``remaining`` was last brought up to date
+    version: int = 0
 
-
-def max_min_rates(flows: list[tuple[Edge, ...]], capacity: dict[Edge, float]) -> list[float]:
-    """Max-min fair rate of each flow (given as its edge list) under per-edge ``capacity``.
-
-    Each round freezes the flows of every edge whose fair share equals the current minimum, so a
-    symmetric collective resolves in one round whatever its size.
-    """
-    rates = [0.0] * len(flows)
-    users: dict[Edge, list[int]] = {}
-    for i, edges in enumerate(flows):
-        for e in edges:
-            users.setdefault(e, []).append(i)
-    left = {e: capacity[e] for e in users}
-    active = {e: len(ids) for e, ids in users.items()}
-    frozen = [False] * len(flows)
-    while active:
-        shares = {e: left[e] / n for e, n in active.items()}
-        low = min(shares.values())
-        for edge in [e for e, s in shares.items() if s <= low * (1 + 1e-12)]:
-            for i in users[edge]:
-                if frozen[i]:
-                    continue
-                frozen[i], rates[i] = True, low
-                for e in flows[i]:
-                    left[e] = max(left[e] - low, 0.0)
-                    active[e] -= 1
-                    if active[e] == 0:
-                        del active[e]
-    return rates
+    def finish(self) -> float:
+        return self.stamp + (self.remaining / self.rate if self.rate > 0 else math.inf)
 
 
 @dataclass(eq=False)
 class Fabric:
     env: simpy.Environment
     capacity: dict[Edge, float]
-    _flows: list[_Flow] = field(default_factory=list)
-    _last_update: float = 0.0
-    _generation: int = 0
+    _users: dict[Edge, dict[_Flow, None]] = field(default_factory=dict)
+    _heap: list = field(default_factory=list)
+    _seq: count = field(default_factory=count)
+    _next_wake: float = math.inf
+    solves: int = 0  # max-min solves performed (the closed form needs none)
 
-    def transfer(self, flows: list[tuple[tuple[Edge, ...], float]]) -> list[simpy.Event]:
-        """Start ``(edges, size_bytes)`` flows together; each event fires when its bytes have crossed
-        its edges at the fair share."""
-        events, added = [], False
-        self._advance()
-        for edges, size_bytes in flows:
+    def transfer(self, flows: list[tuple]) -> list[simpy.Event]:
+        """Start ``(edges, size_bytes[, cap_bytes_per_s])`` flows together; each event fires when its bytes
+        have crossed its edges at its fair share."""
+        events, new = [], []
+        for spec in flows:
+            edges, size = spec[0], float(spec[1])
+            cap = float(spec[2]) if len(spec) > 2 else math.inf
             done = self.env.event()
             events.append(done)
-            if not edges or size_bytes <= 0:
+            if not edges or size <= 0:
                 done.succeed()
-            else:
-                self._flows.append(_Flow(edges, float(size_bytes), done))
-                added = True
-        if added:
-            self._reschedule()
+                continue
+            flow = _Flow(next(self._seq), tuple(edges), size, cap, done, stamp=self.env.now)
+            for e in flow.edges:
+                self._users.setdefault(e, {})[flow] = None
+            new.append(flow)
+        if new:
+            self._update(self._component(new))
         return events
 
-    def _advance(self) -> None:
-        dt = self.env.now - self._last_update
-        if dt > 0:
-            for f in self._flows:
-                f.remaining -= f.rate * dt
-        self._last_update = self.env.now
+    def _component(self, seeds: list[_Flow]) -> list[_Flow]:
+        """Active flows linked to ``seeds`` through shared edges, in start order (deterministic)."""
+        seen = {f: None for f in seeds}
+        stack = list(seeds)
+        while stack:
+            for e in stack.pop().edges:
+                for other in self._users.get(e, ()):
+                    if other not in seen:
+                        seen[other] = None
+                        stack.append(other)
+        return sorted(seen, key=lambda f: f.seq)
 
-    def _reschedule(self) -> None:
-        rates = max_min_rates([f.edges for f in self._flows], self.capacity)
-        for f, r in zip(self._flows, rates):
-            f.rate = r
-        self._generation += 1
-        if self._flows:
-            wait = min(max(f.remaining, 0.0) / f.rate for f in self._flows)
-            self.env.process(self._wake(wait, self._generation))
+    def _caps_fit(self, flows: list[_Flow]) -> bool:
+        load: dict[Edge, float] = {}
+        for f in flows:
+            if f.cap == math.inf:
+                return False
+            for e in f.edges:
+                load[e] = load.get(e, 0.0) + f.cap
+        return all(v <= self.capacity[e] * (1 + 1e-9) for e, v in load.items())
 
-    def _wake(self, wait: float, generation: int):
-        yield self.env.timeout(wait)
-        if generation != self._generation:
-            return
-        self._advance()
-        still = []
-        for f in self._flows:
-            if f.remaining <= _EPS_BYTES + 1e-9 * f.rate:
-                f.done.succeed()
-            else:
-                still.append(f)
-        self._flows = still
-        self._reschedule()
+    def _update(self, flows: list[_Flow]) -> None:
+        now = self.env.now
+        for f in flows:
+            f.remaining = max(f.remaining - f.rate * (now - f.stamp), 0.0)
+            f.stamp = now
+        if self._caps_fit(flows):
+            rates = [f.cap for f in flows]
+        else:
+            self.solves += 1
+            rates = max_min_rates([f.edges for f in flows], self.capacity, [f.cap for f in flows])
+        for f, r in zip(flows, rates):
+            f.rate, f.version = r, f.version + 1
+            heapq.heappush(self._heap, (f.finish(), f.seq, f.version, f))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        while self._heap and self._heap[0][2] != self._heap[0][3].version:
+            heapq.heappop(self._heap)  # superseded by a newer rate
+        if self._heap and self._heap[0][0] < self._next_wake:
+            self._next_wake = self._heap[0][0]
+            self.env.process(self._wake(self._next_wake))
+
+    def _wake(self, at: float):
+        yield self.env.timeout(max(at - self.env.now, 0.0))
+        if at != self._next_wake:
+            return  # an earlier wake was scheduled after this one, and has handled things
+        self._next_wake = math.inf
+        now = self.env.now
+        finished = []
+        while self._heap and self._heap[0][0] <= now * (1 + _REL) + 1e-15:
+            _, _, version, f = heapq.heappop(self._heap)
+            if version == f.version and f.done is not None:
+                finished.append(f)
+        neighbours: dict[_Flow, None] = {}
+        for f in finished:
+            for e in f.edges:
+                users = self._users[e]
+                users.pop(f, None)
+                neighbours.update(users)
+                if not users:
+                    del self._users[e]
+            f.done.succeed()
+            f.done = None
+        for f in finished:
+            neighbours.pop(f, None)
+        if neighbours:
+            self._update(self._component(list(neighbours)))
+        else:
+            self._schedule()

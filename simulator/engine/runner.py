@@ -9,7 +9,6 @@ import simpy
 
 from ..collectives import lower_collective
 from ..topology import Topology
-from ..topology.routing import route
 from .fabric import Fabric
 from .program import CommTask, ComputeTask, Program, Task
 from .trace import Interval, Trace
@@ -51,36 +50,40 @@ class _Run:
                 start = self.started[task.id]
                 self.intervals.append(Interval(rank, "comm", task.name, task.category, start, self.env.now))
 
-    def _flows(self, task: CommTask) -> tuple[float, list[tuple[tuple, float]]]:
-        """Latency and routed flows of a call, memoised by signature. Mirror groups whose routes share no
-        link with the real group's are dropped: being symmetric copies, they cannot change its timing."""
+    def _plan(self, task: CommTask) -> tuple[tuple[float, list[tuple]], ...]:
+        """Phases ``(latency, flows)`` of a call, memoised by signature. The real group and its mirror
+        groups run the same algorithm in lock-step; mirror groups whose flows share no link with the real
+        group's are dropped: being symmetric copies, they cannot change its timing."""
         key = (task.collective, task.groups, task.size_bytes)
         cached = self.plans.get(key)
         if cached is None:
             real, *mirrors = [lower_collective(self.topo, task.collective, g, task.size_bytes) for g in task.groups]
-            routed = [(route(self.topo, f.src, f.dst), f.size_bytes) for f in real.flows]
-            used = {e for edges, _ in routed for e in edges}
-            latency = real.latency_s
-            for plan in mirrors:
-                extra = [(route(self.topo, f.src, f.dst), f.size_bytes) for f in plan.flows]
-                if any(e in used for edges, _ in extra for e in edges):
-                    routed += extra
-                    latency = max(latency, plan.latency_s)
-            cached = self.plans[key] = (latency, routed)
+            used = {e for f in real.flows for e in f.edges}
+            kept = [m for m in mirrors if any(e in used for f in m.flows for e in f.edges)]
+            phases = []
+            for i, phase in enumerate(real.phases):
+                latency = max([phase.latency_s] + [m.phases[i].latency_s for m in kept])
+                flows = [(f.edges, f.size_bytes, f.cap_bytes_per_s) for plan in [real, *kept]
+                         for f in plan.phases[i].flows]
+                phases.append((latency, flows))
+            cached = self.plans[key] = tuple(phases)
         return cached
 
     def _collective(self, task: CommTask):
         self.started[task.id] = self.env.now
-        latency, flows = self._flows(task)
-        if latency > 0:
-            yield self.env.timeout(latency)
-        if flows:
-            yield self.env.all_of(self.fabric.transfer(flows))
+        for latency, flows in self._plan(task):
+            if latency > 0:
+                yield self.env.timeout(latency)
+            if flows:
+                yield self.env.all_of(self.fabric.transfer(flows))
         self.done[task.id].succeed()
 
 
 def run(program: Program, topo: Topology) -> Trace:
-    """Simulate ``program``; raises RuntimeError if it cannot finish (a lowering bug: a dependency cycle)."""
+    """Simulate ``program``; raises RuntimeError if it cannot finish (a lowering bug: a dependency cycle).
+
+    Each collective runs the algorithm its closed form selects (``collectives.cost``) as flows in the fabric;
+    alone on its links a call takes exactly the closed-form time."""
     sim = _Run(program, topo)
     sim.env.run()
     unfinished = [t.id for t in program.tasks if not sim.done[t.id].triggered]

@@ -1,0 +1,261 @@
+"""The closed form: time of a collective call = latency + size / algorithm bandwidth, per candidate
+(algorithm, protocol), and NCCL-style selection of the fastest candidate.
+
+Per candidate (NCCL tuning.cc structure, network-model.md 2.4 and 6.2-6.3):
+* bandwidth: the Simple-protocol payload rate of the algorithm's channel graph on the idle fabric
+  (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92), capped for LL by NCCL's
+  llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs at the switch's
+  reduction efficiency. On GA100 NVLink rings an extra time k*S/B_nvlink (``topology.links``).
+* latency: NCCL's formulas and constants (``tuning``), scaled by the cluster's hop latencies.
+
+The flow model (``algorithms``) moves exactly these bytes at these rates, so on an idle fabric the two
+paths agree; under contention the fabric shares the links.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from ..topology import Topology
+from ..topology.links import ring_overhead
+from ..topology.nodes import intra_bandwidth
+from ..topology.routing import route, route_latency_s
+from . import tuning
+from .pipelines import ChannelGraph, by_node, graph_for, ring, solve
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+ALGORITHMS = ("ring", "tree", "nvls", "hierarchical", "p2p")
+
+#: nccl-tests busbw factor per collective (network-model.md section 1)
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a candidate: ``latency_s`` then the channel graph's flows at ``algbw_bytes_per_s``.
+    ``wire`` is the protocol's payload fraction (bytes on the wire = payload / wire)."""
+
+    graph: ChannelGraph
+    latency_s: float
+    algbw_bytes_per_s: float
+    wire: float = 1.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    algorithm: str
+    protocol: str
+    phases: tuple[Phase, ...]
+
+    def time_s(self, size_bytes: float) -> float:
+        return sum(p.latency_s + size_bytes / p.algbw_bytes_per_s for p in self.phases)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The closed-form answer for one call: the chosen candidate and its time."""
+
+    collective: str
+    group: tuple[int, ...]
+    size_bytes: float
+    candidate: Optional[Candidate]
+    time_s: float
+
+    @property
+    def algorithm(self) -> str:
+        return self.candidate.algorithm if self.candidate else "none"
+
+    @property
+    def protocol(self) -> str:
+        return self.candidate.protocol if self.candidate else "none"
+
+    @property
+    def algbw_bytes_per_s(self) -> float:
+        return self.size_bytes / self.time_s if self.time_s > 0 else math.inf
+
+    @property
+    def busbw_bytes_per_s(self) -> float:
+        return self.algbw_bytes_per_s * BUSBW_FACTOR[self.collective](len(self.group))
+
+    @property
+    def channels(self) -> int:
+        return max((p.graph.channels for p in self.candidate.phases), default=0) if self.candidate else 0
+
+
+def _scales(topo: Topology) -> tuple[float, float]:
+    c = topo.cluster
+    inter = c.inter_node.latency_s / tuning.REFERENCE_INTER_LATENCY_S if c.inter_node else 1.0
+    return c.intra_node.latency_s / tuning.REFERENCE_INTRA_LATENCY_S, inter
+
+
+def _shape(topo: Topology, group: tuple[int, ...], graph: ChannelGraph) -> tuple[int, int, str]:
+    nodes = len(by_node(topo, group))
+    intra = "nvlink" if graph.kinds <= {"nvlink", "net"} and "nvlink" in graph.kinds else "pcie"
+    if graph.kinds == {"net"}:
+        intra = "nvlink"  # one GPU per node: no intra-node hop
+    return nodes, len(group) // nodes, intra
+
+
+def _ring_bandwidth(topo: Topology, graph: ChannelGraph) -> float:
+    """GA100 rings on NVLink lose k*S/B_nvlink on top of f*S/B (``topology.links.ring_overhead``)."""
+    k = ring_overhead(topo.cluster.gpu.name)
+    if not k or graph.kinds != {"nvlink"}:
+        return graph.algbw_bytes_per_s
+    rate, eff = intra_bandwidth(topo.cluster)
+    return 1.0 / (1.0 / graph.algbw_bytes_per_s + k / (rate * eff))
+
+
+def _protocols(topo: Topology, algorithm: str, base: float, busbw_factor: float, nodes: int,
+               intra: str) -> list[tuple[str, float, float]]:
+    """(protocol, payload bandwidth, wire efficiency) for a ring, chain or tree with Simple rate ``base``."""
+    arch = topo.cluster.gpu.architecture
+    ll_cap = tuning.ll_max_busbw(arch, nodes) / busbw_factor
+    ll128_ok = intra == "nvlink" and arch != "pascal" and (nodes == 1 or arch in ("hopper", "blackwell"))
+    if algorithm == "tree":
+        simple = base * tuning.TREE_SIMPLE
+        out = [("LL", min(simple * tuning.TREE_LL, ll_cap), 0.5)]
+        if ll128_ok:
+            out.append(("LL128", simple * tuning.TREE_LL128[nodes == 1], tuning.WIRE_EFFICIENCY["LL128"]))
+        return out + [("Simple", simple, 1.0)]
+    out = [("LL", min(base * 0.5, ll_cap), 0.5)]
+    if ll128_ok:
+        out.append(("LL128", base * tuning.WIRE_EFFICIENCY["LL128"], tuning.WIRE_EFFICIENCY["LL128"]))
+    return out + [("Simple", base, 1.0)]
+
+
+def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorithm: str) -> list[Candidate]:
+    n = len(group)
+    f = BUSBW_FACTOR[collective](n)
+    if algorithm == "chain":
+        graph = graph_for(topo, "chain", group)
+        base = graph.algbw_bytes_per_s
+    else:
+        graph = graph_for(topo, "ring", group, f)
+        base = _ring_bandwidth(topo, graph)
+    nodes, ppn, intra = _shape(topo, group, graph)
+    steps = {"all_reduce": 2 * (n - 1)}.get(collective, n - 1)
+    inter = {"all_reduce": 2 * (nodes - 1)}.get(collective, nodes - 1)
+    si, sn = _scales(topo)
+    out = []
+    for proto, bw, wire in _protocols(topo, "ring", base, f, nodes, intra):
+        lat = tuning.ring_latency_s(proto, steps, inter, intra, ppn, si, sn)
+        out.append(Candidate("ring", proto, (Phase(graph, lat, bw, wire),)))
+    return out
+
+
+def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    graph = graph_for(topo, "tree", group)
+    nodes, ppn, intra = _shape(topo, group, graph)
+    si, sn = _scales(topo)
+    f = BUSBW_FACTOR["all_reduce"](len(group))
+    return [Candidate("tree", proto, (Phase(graph, tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn), bw, wire),))
+            for proto, bw, wire in _protocols(topo, "tree", graph.algbw_bytes_per_s, f, nodes, intra)]
+
+
+def nvls_eligible(topo: Topology, group: tuple[int, ...]) -> bool:
+    """NVLink SHARP: one node's GPUs on an NVSwitch that reduces (3rd-gen NVSwitch: Hopper and later)."""
+    c = topo.cluster
+    if c.intra_node.kind != "nvswitch" or len(group) < 2 or len(by_node(topo, group)) > 1:
+        return False
+    if c.intra_node.nvls is not None:
+        return c.intra_node.nvls
+    return c.gpu.architecture in tuning.NVLS_EFFICIENCY
+
+
+def _nvls(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    sw = f"n{topo.node_of(group[0])}.nvswitch"
+    port = min(topo.graph.edges[f"gpu{r}", sw]["capacity_bytes_per_s"] for r in group)
+    limit = port * tuning.NVLS_EFFICIENCY.get(topo.cluster.gpu.architecture, 0.85)
+    graph = graph_for(topo, "nvls", group, limit=limit)
+    lat = tuning.nvls_latency_s(_scales(topo)[0])
+    return [Candidate("nvls", "Simple", (Phase(graph, lat, graph.algbw_bytes_per_s),))]
+
+
+def _tree_single_node_eligible(topo: Topology, group: tuple[int, ...]) -> bool:
+    """A one-node tree is a chain; NCCL picks it (Aceso's RTX 3090 and V100 boxes) only where the ring
+    crosses a CPU (host-memory staging or a socket link), never on NVLink or PCIe-switch rings."""
+    graph = graph_for(topo, "ring", group, 1.0)
+    edges = {e for pipe in graph.pipelines for hop in pipe.hops for e in hop}
+    return any(".cpu" in u or ".cpu" in v for u, v in edges)
+
+
+def hierarchical(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    """Reduce-scatter inside each node, all-reduce across nodes per local rank, all-gather inside each
+    node (ASTRA-sim's multi-dimensional default; not an NCCL algorithm, so never auto-selected)."""
+    nodes = by_node(topo, group)
+    ppn = len(nodes[0])
+    if len(nodes) < 2 or ppn < 2 or any(len(m) != ppn for m in nodes):
+        return []
+    si, sn = _scales(topo)
+    intra_pipes = [replace(p, part=k) for k, m in enumerate(nodes) for p in ring(topo, tuple(m), (ppn - 1) / ppn)]
+    w = 2 * (len(nodes) - 1) / len(nodes) / ppn
+    inter_pipes = [replace(p, part=i) for i in range(ppn) for p in ring(topo, tuple(m[i] for m in nodes), w)]
+    intra = solve(topo, "ring", intra_pipes)
+    inter = solve(topo, "ring", inter_pipes)
+    lat_intra = tuning.ring_latency_s("Simple", ppn - 1, 0, "nvlink" if intra.kinds == {"nvlink"} else "pcie", ppn, si, sn)
+    lat_inter = tuning.ring_latency_s("Simple", 2 * (len(nodes) - 1), 2 * (len(nodes) - 1), "nvlink", 1, si, sn)
+    rs = Phase(intra, lat_intra, intra.algbw_bytes_per_s)
+    return [Candidate("hierarchical", "Simple", (rs, Phase(inter, lat_inter, inter.algbw_bytes_per_s), rs))]
+
+
+def _p2p(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
+    n = len(group)
+    si, _ = _scales(topo)
+    if collective == "send_recv":
+        graph = graph_for(topo, "p2p", group)
+        lat = route_latency_s(topo, route(topo, group[0], group[1]))
+    else:
+        graph = graph_for(topo, "all_to_all", group, 1.0 / n)
+        hop = max(route_latency_s(topo, route(topo, a, b)) for a in group for b in group if a != b)
+        lat = tuning.BASE_LATENCY_US["ring"]["Simple"] * si * 1e-6 + hop
+    return [Candidate("p2p", "Simple", (Phase(graph, lat, graph.algbw_bytes_per_s),))]
+
+
+def candidates(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
+    """Every eligible (algorithm, protocol) for the call, NCCL's rules (network-model.md 2.1), memoised."""
+    key = ("candidates", collective, group)
+    cached = topo.cache.get(key)
+    if cached is not None:
+        return cached
+    if collective in ("send_recv", "all_to_all"):
+        out = _p2p(topo, collective, group)
+    elif collective in ("broadcast", "reduce"):
+        out = _ring_like(topo, collective, group, "chain")
+    else:
+        out = _ring_like(topo, collective, group, "ring")
+        if collective == "all_reduce":
+            if len(by_node(topo, group)) > 1 or _tree_single_node_eligible(topo, group):
+                out += _tree(topo, group)
+            if nvls_eligible(topo, group):
+                out += _nvls(topo, group)
+            out += hierarchical(topo, group)
+    topo.cache[key] = out
+    return out
+
+
+def estimate(topo: Topology, collective: str, group: tuple[int, ...], size_bytes: float,
+             algorithm: Optional[str] = None, protocol: Optional[str] = None) -> Estimate:
+    """The closed form for one call: the fastest eligible candidate (or the forced one). Hierarchical is
+    not an NCCL algorithm, so it runs only when asked for."""
+    group = tuple(group)
+    if collective not in BUSBW_FACTOR:
+        raise ValueError(f"unknown collective {collective!r}")
+    if len(group) <= 1 or size_bytes <= 0:
+        return Estimate(collective, group, size_bytes, None, 0.0)
+    pool = [c for c in candidates(topo, collective, group)
+            if (c.algorithm == algorithm if algorithm else c.algorithm != "hierarchical")
+            and (protocol is None or c.protocol == protocol)]
+    if not pool:
+        raise ValueError(f"{algorithm or 'any algorithm'}/{protocol or 'any protocol'} is not available for "
+                         f"{collective} on {len(group)} ranks of {topo.cluster.name}")
+    best = min(pool, key=lambda c: c.time_s(size_bytes))
+    return Estimate(collective, group, size_bytes, best, best.time_s(size_bytes))

@@ -1,0 +1,92 @@
+"""NCCL's tuning constants and latency formulas (src/graph/tuning.cc, NCCL 2.30), as digested in
+shared/docs/network-model.md section 2.4. Latencies are NCCL's microseconds for a fabric whose per-hop
+latency is the reference (1 us inside a node, 5 us between nodes); a cluster with other ``latency_us``
+values scales them proportionally, so a zero-latency fabric has zero-latency collectives.
+"""
+from __future__ import annotations
+
+import math
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+REFERENCE_INTRA_LATENCY_S = 1e-6
+REFERENCE_INTER_LATENCY_S = 5e-6
+
+#: base latency (us) per algorithm and protocol (tuning.cc baseLat)
+BASE_LATENCY_US = {
+    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+    "nvls": {"LL": 0.0, "LL128": 0.0, "Simple": 0.0},
+}
+#: per-hop hardware latency (us) per link class, algorithm and protocol (tuning.cc hwLat)
+HOP_LATENCY_US = {
+    "nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+               "nvls": {"Simple": 25.0}},
+    "pcie": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}},
+    "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}},
+}
+#: network proxy "post" overhead per step (us), x3 for Simple (NCCL_NET_OVERHEAD, Intel CPU default)
+NET_OVERHEAD_US = 1.0
+
+#: payload fraction of the wire: LL sends 4 B of data per 8 B store; LL128 120 of 128 B (model: 0.92)
+WIRE_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+#: LL bus bandwidth cap (bytes/s): single node per architecture, multi-node (2 nodes, more) on Intel CPUs
+LL_MAX_BUSBW_SINGLE = {"pascal": 39e9, "volta": 39e9, "turing": 39e9, "ampere": 87.7e9, "ada": 87.7e9,
+                       "hopper": 141e9, "blackwell": 282e9}
+LL_MAX_BUSBW_MULTI = (39e9, 20.4e9)
+#: tree bandwidth factors relative to Simple (tuning.cc): Simple x0.92; LL /3.8; LL128 x7/9 (one node) or
+#: x120/128 (multi-node) of the x0.92 figure
+TREE_SIMPLE = 0.92
+TREE_LL = 1 / 3.8
+TREE_LL128 = {True: 7 / 9, False: 120 / 128}
+#: NVLS: fraction of the GPU's usable NVLink bandwidth the switch reduction reaches (tuning.cc nvlsEfficiency
+#: 0.85 on Hopper; 0.80 on Blackwell from HGX B200 NVLS 778-838 GB/s at 6-8 GPUs vs ring 680, stas00)
+NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.80}
+
+
+def ll_max_busbw(architecture: str, nodes: int) -> float:
+    if nodes <= 1:
+        return LL_MAX_BUSBW_SINGLE.get(architecture, 39e9)
+    return LL_MAX_BUSBW_MULTI[0] if nodes == 2 else LL_MAX_BUSBW_MULTI[1]
+
+
+def ll128_allowed(architecture: str, intra_kind: str, nodes: int) -> bool:
+    """LL128 needs 128-byte store atomicity: NVLink paths; across nodes only on Hopper and later (enqueue.cc)."""
+    if intra_kind != "nvlink" and not (nodes > 1 and intra_kind == "net"):
+        return False
+    if architecture in ("pascal",):
+        return False
+    return nodes == 1 or architecture in ("hopper", "blackwell")
+
+
+def _hop(kind: str, algorithm: str, protocol: str) -> float:
+    table = HOP_LATENCY_US[kind]
+    return table.get(algorithm, table["ring"])[protocol]
+
+
+def _net_overhead_us(protocol: str) -> float:
+    return NET_OVERHEAD_US * (3 if protocol == "Simple" else 1)
+
+
+def ring_latency_s(protocol: str, steps: int, inter_steps: int, intra_kind: str, ppn: int,
+                   intra_scale: float, inter_scale: float) -> float:
+    """base + (steps - inter_steps) * intraLat + inter_steps * interLat (tuning.cc, ring)."""
+    intra = _hop(intra_kind, "ring", protocol) * intra_scale
+    inter = 0.0
+    if inter_steps:
+        intra = max(intra, _net_overhead_us(protocol) * inter_scale)
+        inter = (_hop("net", "tree" if ppn == 1 else "ring", protocol) + _net_overhead_us(protocol)) * inter_scale
+    base = BASE_LATENCY_US["ring"][protocol] * intra_scale
+    return (base + (steps - inter_steps) * intra + inter_steps * inter) * 1e-6
+
+
+def tree_latency_s(protocol: str, ppn: int, nodes: int, intra_kind: str, intra_scale: float,
+                   inter_scale: float) -> float:
+    """base + 2 * ((ppn - 1) * intraLat + log2(nodes) * interLat) (tuning.cc, tree)."""
+    intra = _hop(intra_kind, "tree", protocol) * intra_scale
+    inter = (_hop("net", "tree", protocol) + _net_overhead_us(protocol)) * inter_scale
+    base = BASE_LATENCY_US["tree"][protocol] * intra_scale
+    return (base + 2 * ((ppn - 1) * intra + math.log2(nodes) * inter)) * 1e-6
+
+
+def nvls_latency_s(intra_scale: float) -> float:
+    return HOP_LATENCY_US["nvlink"]["nvls"]["Simple"] * intra_scale * 1e-6
