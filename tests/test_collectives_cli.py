@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.collectives.commands import parse_sizes
+
+
+def test_size_specs():
+    assert parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("2048,10240,1048576") == [2048, 10240, 1048576]
+    assert parse_sizes("1G:1G") == [2**30]
+
+
+def test_table_has_nccl_tests_columns(capsys):
+    assert main(["collective", "--cluster", "dgx-a100", "--op", "all_reduce", "--gpus", "8", "--sizes", "1K:8G"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "busbw" in out[1] and "algorithm" in out[1] and "protocol" in out[1]
+    rows = [line.split() for line in out[2:]]
+    assert len(rows) == 24 and rows[0][0] == "1024" and rows[-1][0] == str(8 * 2**30)
+    assert rows[0][5] == "LL" and rows[-1][5] == "Simple"
+    assert float(rows[-1][3]) == pytest.approx(229, rel=0.03)  # DGX A100 ring busbw
+
+
+def test_json_rows(capsys):
+    assert main(["collective", "--cluster", "dgx-h100-2node", "--op", "all_gather", "--gpus", "16", "--nodes", "2",
+                 "--sizes", "2048,1048576", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["size_bytes"] for r in rows] == [2048, 1048576]
+    assert {"size_bytes", "time_s", "algbw", "busbw", "algorithm", "protocol"} <= set(rows[0])
+    assert rows[1]["busbw"] == pytest.approx(rows[1]["algbw"] * 15 / 16)
+
+
+def test_flow_model_matches_closed_form(capsys):
+    args = ["collective", "--cluster", "dgx-h100", "--gpus", "8", "--sizes", "64M", "--json", "-"]
+    assert main(args) == 0
+    closed = json.loads(capsys.readouterr().out)[0]["time_s"]
+    assert main(args + ["--model", "flow"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["time_s"] == pytest.approx(closed, rel=0.02)
+
+
+def test_forced_algorithm_and_send_recv_across_nodes(capsys):
+    assert main(["collective", "--cluster", "dgx-h100", "--gpus", "8", "--sizes", "1G", "--algo", "ring",
+                 "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["algorithm"] == "ring"
+    assert main(["collective", "--cluster", "dgx-h100-2node", "--op", "send_recv", "--gpus", "2", "--nodes", "2",
+                 "--sizes", "1G", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["busbw"] == pytest.approx(47, rel=0.05)  # one NDR NIC
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--op", "allreduce"], "--op = 'allreduce'"),
+    (["--sizes", "1X"], "--sizes = '1X'"),
+    (["--sizes", "8G:1K"], "below its start"),
+    (["--gpus", "0"], "--gpus = 0"),
+    (["--gpus", "12", "--nodes", "1"], "cannot spread evenly"),
+    (["--gpus", "16", "--nodes", "2"], "has only 1 nodes"),
+    (["--algo", "nvls"], "not available"),
+    (["--model", "packet"], "--model = 'packet'"),
+])
+def test_bad_input_one_line_exit_2(args, needle, capsys):
+    base = ["collective", "--cluster", "dgx-a100", "--gpus", "8", "--sizes", "1K"]
+    assert main(base + args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err
