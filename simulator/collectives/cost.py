@@ -119,7 +119,7 @@ def _protocols(topo: Topology, algorithm: str, base: float, busbw_factor: float,
     """(protocol, payload bandwidth, wire efficiency) for a ring, chain or tree with Simple rate ``base``."""
     arch = topo.cluster.gpu.architecture
     ll_cap = tuning.ll_max_busbw(arch, nodes) / busbw_factor
-    ll128_ok = intra == "nvlink" and arch != "pascal" and (nodes == 1 or arch in ("hopper", "blackwell"))
+    ll128_ok = tuning.ll128_allowed(arch, intra, nodes)
     if algorithm == "tree":
         simple = base * tuning.TREE_SIMPLE
         out = [("LL", min(simple * tuning.TREE_LL, ll_cap), 0.5)]

@@ -30,7 +30,7 @@ def flow_times_s(topo: Topology, plans: Sequence[CollectivePlan], starts_s: Sequ
                 yield env.timeout(phase.latency_s)
             flows = [(f.edges, f.size_bytes, f.cap_bytes_per_s) for f in phase.flows]
             if flows:
-                yield env.all_of(fabric.transfer(flows))
+                yield fabric.transfer_all(flows)
         ends[i] = env.now - starts[i]
 
     for i, plan in enumerate(plans):

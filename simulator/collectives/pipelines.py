@@ -102,10 +102,10 @@ def solve(topo: Topology, algorithm: str, pipelines: list[Pipeline]) -> ChannelG
 
 def _route_classes(topo: Topology, members: list[int]) -> tuple[bool, bool]:
     """(every pair has an NVLink route, some pair is joined by a direct GPU-GPU link)."""
-    routes = [route(topo, a, b, members) for a in members for b in members if a != b]
-    nvlink = all(path_kind(topo, r) == "nvlink" for r in routes)
-    direct = any(topo.graph.edges[f"gpu{a}", f"gpu{b}"]["kind"] == "nvlink"
-                 for a in members for b in members if a != b and topo.graph.has_edge(f"gpu{a}", f"gpu{b}"))
+    direct = any(topo.graph.has_edge(f"gpu{a}", f"gpu{b}") for a in members for b in members if a != b)
+    if not direct:
+        return False, False
+    nvlink = all(path_kind(topo, route(topo, a, b, members)) == "nvlink" for a in members for b in members if a != b)
     return nvlink, direct
 
 

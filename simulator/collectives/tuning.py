@@ -50,10 +50,9 @@ def ll_max_busbw(architecture: str, nodes: int) -> float:
 
 
 def ll128_allowed(architecture: str, intra_kind: str, nodes: int) -> bool:
-    """LL128 needs 128-byte store atomicity: NVLink paths; across nodes only on Hopper and later (enqueue.cc)."""
-    if intra_kind != "nvlink" and not (nodes > 1 and intra_kind == "net"):
-        return False
-    if architecture in ("pascal",):
+    """LL128 needs 128-byte store atomicity: NVLink inside the node (Volta and later); across nodes only
+    on Hopper and later (enqueue.cc / init.cc defaults)."""
+    if intra_kind != "nvlink" or architecture == "pascal":
         return False
     return nodes == 1 or architecture in ("hopper", "blackwell")
 

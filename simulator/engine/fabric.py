@@ -13,6 +13,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Optional
 
 import simpy
 
@@ -25,12 +26,25 @@ _REL = 1e-12
 
 
 @dataclass(eq=False)
+class _Done:
+    """Completion of a set of flows: ``event`` fires when the last of ``pending`` finishes."""
+
+    event: simpy.Event
+    pending: int = 0
+
+    def one_finished(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.event.succeed()
+
+
+@dataclass(eq=False)
 class _Flow:
     seq: int
     edges: tuple[Edge, ...]
     remaining: float
     cap: float
-    done: simpy.Event
+    done: Optional[_Done]
     rate: float = 0.0
     stamp: float = 0.0  # time at which ``remaining`` was last brought up to date
     version: int = 0
@@ -52,22 +66,33 @@ class Fabric:
     def transfer(self, flows: list[tuple]) -> list[simpy.Event]:
         """Start ``(edges, size_bytes[, cap_bytes_per_s])`` flows together; each event fires when its bytes
         have crossed its edges at its fair share."""
-        events, new = [], []
-        for spec in flows:
+        dones = [_Done(self.env.event()) for _ in flows]
+        self._start(flows, dones)
+        return [d.event for d in dones]
+
+    def transfer_all(self, flows: list[tuple]) -> simpy.Event:
+        """Like ``transfer``, with one event that fires when every flow has arrived (one call's flows)."""
+        done = _Done(self.env.event())
+        self._start(flows, [done] * len(flows))
+        return done.event
+
+    def _start(self, flows: list[tuple], dones: list[_Done]) -> None:
+        new = []
+        for spec, done in zip(flows, dones):
             edges, size = spec[0], float(spec[1])
             cap = float(spec[2]) if len(spec) > 2 else math.inf
-            done = self.env.event()
-            events.append(done)
             if not edges or size <= 0:
-                done.succeed()
                 continue
+            done.pending += 1
             flow = _Flow(next(self._seq), tuple(edges), size, cap, done, stamp=self.env.now)
             for e in flow.edges:
                 self._users.setdefault(e, {})[flow] = None
             new.append(flow)
+        for done in dict.fromkeys(dones):
+            if done.pending == 0:
+                done.event.succeed()
         if new:
             self._update(self._component(new))
-        return events
 
     def _component(self, seeds: list[_Flow]) -> list[_Flow]:
         """Active flows linked to ``seeds`` through shared edges, in start order (deterministic)."""
@@ -131,7 +156,7 @@ class Fabric:
                 neighbours.update(users)
                 if not users:
                     del self._users[e]
-            f.done.succeed()
+            f.done.one_finished()
             f.done = None
         for f in finished:
             neighbours.pop(f, None)

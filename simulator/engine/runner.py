@@ -75,7 +75,7 @@ class _Run:
             if latency > 0:
                 yield self.env.timeout(latency)
             if flows:
-                yield self.env.all_of(self.fabric.transfer(flows))
+                yield self.fabric.transfer_all(flows)
         self.done[task.id].succeed()
 
 

@@ -73,18 +73,25 @@ def _network(topo: Topology, src_nic: str, dst_nic: str) -> list[str]:
     return nx.shortest_path(sub, src_nic, dst_nic, weight=_inverse_capacity)
 
 
+def _memo(topo: Topology, key: tuple, compute) -> tuple[Edge, ...]:
+    cached = topo._routes.get(key)
+    if cached is None:
+        cached = topo._routes[key] = _path_edges(compute())
+    return cached
+
+
 def to_nic(topo: Topology, rank: int, nic: str) -> tuple[Edge, ...]:
     """GPU ``rank`` -> NIC ``nic`` of its own node over PCIe (and through the CPU for socket transport)."""
-    return _path_edges(_host_path(topo, topo.node_of(rank), f"gpu{rank}", nic))
+    return _memo(topo, ("to_nic", rank, nic), lambda: _host_path(topo, topo.node_of(rank), f"gpu{rank}", nic))
 
 
 def from_nic(topo: Topology, nic: str, rank: int) -> tuple[Edge, ...]:
     """NIC ``nic`` -> GPU ``rank`` of the same node (not simply ``to_nic`` reversed: staging edges are one-way)."""
-    return _path_edges(_host_path(topo, topo.node_of(rank), nic, f"gpu{rank}"))
+    return _memo(topo, ("from_nic", nic, rank), lambda: _host_path(topo, topo.node_of(rank), nic, f"gpu{rank}"))
 
 
 def between_nics(topo: Topology, src_nic: str, dst_nic: str) -> tuple[Edge, ...]:
-    return _path_edges(_network(topo, src_nic, dst_nic))
+    return _memo(topo, ("nics", src_nic, dst_nic), lambda: _network(topo, src_nic, dst_nic))
 
 
 def route(topo: Topology, src_rank: int, dst_rank: int, via: Optional[Iterable[int]] = None) -> tuple[Edge, ...]:
@@ -100,8 +107,11 @@ def route(topo: Topology, src_rank: int, dst_rank: int, via: Optional[Iterable[i
     if src_rank == dst_rank:
         edges: tuple[Edge, ...] = ()
     elif node == topo.node_of(dst_rank):
-        path = _nvlink_path(topo, src, dst, via_set) or _pcie_path(topo, node, src, dst)
-        edges = _path_edges(path)
+        sw = f"n{node}.nvswitch"
+        if topo.graph.has_edge(src, sw):  # a non-blocking switch: always the NVLink shortest path
+            edges = ((src, sw), (sw, dst))
+        else:
+            edges = _path_edges(_nvlink_path(topo, src, dst, via_set) or _pcie_path(topo, node, src, dst))
     else:
         a, b = topo.nic_of(src_rank), topo.nic_of(dst_rank)
         edges = to_nic(topo, src_rank, a) + between_nics(topo, a, b) + from_nic(topo, b, dst_rank)
