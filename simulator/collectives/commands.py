@@ -105,10 +105,10 @@ def rows_for(topo, op: str, group: tuple[int, ...], sizes: list[int], algorithm=
             raise ConfigError("command line", "--algo/--proto", f"{algorithm}/{protocol}", str(exc)) from None
         time_s = est.time_s
         if model == "flow":
+            from ..engine.runner import run_calls
             from .algorithms import lower_collective
-            from .flowtime import flow_time_s
 
-            time_s = flow_time_s(topo, [lower_collective(topo, op, group, size, algorithm, protocol)])
+            time_s = run_calls(topo, [lower_collective(topo, op, group, size, algorithm, protocol)])[0]
         algbw = size / time_s if time_s > 0 else math.inf
         rows.append(dict(size_bytes=size, time_s=time_s, algbw=algbw / 1e9,
                          busbw=algbw * BUSBW_FACTOR[op](len(group)) / 1e9, algorithm=est.algorithm,

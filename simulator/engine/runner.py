@@ -5,9 +5,11 @@ predictors or plans. One generator process per (rank, stream) walks its tasks in
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import simpy
 
-from ..collectives import lower_collective
+from ..collectives import CollectivePlan, lower_collective
 from ..topology import Topology
 from .fabric import Fabric
 from .program import CommTask, ComputeTask, Program, Task
@@ -92,3 +94,27 @@ def run(program: Program, topo: Topology) -> Trace:
     intervals = tuple(sorted(sim.intervals, key=lambda i: (i.rank, i.start_s, i.stream, i.name)))
     events = next(sim.env._eid)  # SimPy numbers every scheduled event; the next id is the count
     return Trace(intervals, program.ranks, dict(program.multiplicity), events)
+
+
+def run_calls(topo: Topology, plans: Sequence[CollectivePlan], starts_s: Sequence[float] | None = None) -> list[float]:
+    """Duration of each collective call (from its own start) when all share one fabric: the flow model
+    outside a Program (``simulator collective --model flow``, agreement and contention tests)."""
+    env = simpy.Environment()
+    capacity = {(u, v): d["capacity_bytes_per_s"] for u, v, d in topo.graph.edges(data=True)}
+    fabric = Fabric(env, capacity)
+    ends = [0.0] * len(plans)
+    starts = list(starts_s or [0.0] * len(plans))
+
+    def call(i: int, plan: CollectivePlan):
+        yield env.timeout(starts[i])
+        for phase in plan.phases:
+            if phase.latency_s > 0:
+                yield env.timeout(phase.latency_s)
+            if phase.flows:
+                yield fabric.transfer_all([(f.edges, f.size_bytes, f.cap_bytes_per_s) for f in phase.flows])
+        ends[i] = env.now - starts[i]
+
+    for i, plan in enumerate(plans):
+        env.process(call(i, plan))
+    env.run()
+    return ends
