@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algo", help="force an algorithm: ring | tree | nvls | hierarchical | p2p")
     p.add_argument("--proto", help="force a protocol: LL | LL128 | Simple")
     p.add_argument("--model", default="closed", help="closed (the closed form, default) | flow (SimPy fabric)")
-    p.add_argument("--json", metavar="FILE|-", help="write the rows as JSON")
+    p.add_argument("--json", metavar="FILE|-", help="write the rows as JSON (algbw, busbw in GB/s as nccl-tests)")
     p.set_defaults(handler=_collective)
 
 
