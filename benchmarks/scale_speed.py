@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.api import program_for, simulate  # noqa: E402
-from simulator.loading import load_cluster, load_workload  # noqa: E402
+from simulator.loading import cluster_from_mapping, load_workload, read_mapping, resolve_file  # noqa: E402
 from simulator.specs import PlanSpec  # noqa: E402
 
 MICRO_BATCHES = 64
@@ -26,7 +26,8 @@ MICRO_BATCHES = 64
 
 def measure(gpus: int, predictor: str) -> dict:
     dp = gpus // 64
-    cluster = load_cluster("dgx-h100-128node", nodes=gpus // 8)
+    path = resolve_file("dgx-h100-128node", "topologies", "--cluster")
+    cluster = cluster_from_mapping(dict(read_mapping(path), nodes=gpus // 8), str(path))  # may exceed 128 nodes
     model = load_workload("gpt3-175b")
     plan = PlanSpec(dp=dp, tp=8, pp=8, micro_batch_size=1, global_batch_size=dp * MICRO_BATCHES, dtype="bf16")
     start = time.perf_counter()
