@@ -67,10 +67,15 @@ def _socket(topo: Topology, gpu: str) -> int:
     return (int(gpu[3:]) % c.gpus_per_node) // (c.gpus_per_node // c.intra_node.cpu_sockets)
 
 
+def _leaf(topo: Topology, nic: str) -> str:
+    return next(v for v in topo.graph.successors(nic) if v.startswith(("rail", "leaf")))
+
+
 def _network(topo: Topology, src_nic: str, dst_nic: str) -> list[str]:
-    allowed = lambda v: v in (src_nic, dst_nic) or v.startswith(("rail", "leaf", "spine"))  # noqa: E731
-    sub = nx.subgraph_view(topo.graph, filter_node=allowed)
-    return nx.shortest_path(sub, src_nic, dst_nic, weight=_inverse_capacity)
+    """NIC -> its leaf (rail) switch -> the spine if the other NIC hangs off another leaf -> NIC. The
+    two-tier fabric's only shortest paths, found directly: a graph search over thousands of NICs is slow."""
+    a, b = _leaf(topo, src_nic), _leaf(topo, dst_nic)
+    return [src_nic, a, dst_nic] if a == b else [src_nic, a, "spine", b, dst_nic]
 
 
 def _memo(topo: Topology, key: tuple, compute) -> tuple[Edge, ...]:
