@@ -13,8 +13,11 @@ Measurements (read from ../shared/data, never copied; units converted here, once
 Each source's timing method adds its own overhead to the NCCL kernel time the model predicts; it is
 modelled here (never in the simulator) with a few constants per source, fitted over all of that source's
 systems at once (``fit_harness``): vTrain's nccl-tests drive all GPUs from one process (a launch floor of
-a + n x c per call); Vidur's torch timing adds a constant; Aceso's torch list collectives copy the gathered
-output / scattered input (bytes / memory bandwidth) and add a host-timing constant. Both the model and the
+a + n x c per call); Vidur's torch timing adds a constant; Aceso's host clock around each torch call adds
+a constant per operation (torch wraps each collective differently: the list forms of all_gather,
+reduce_scatter and all_to_all launch extra copy kernels and flatten or split the lists; send/recv is a
+separate bandwidth script), and the list collectives copy the gathered output / scattered input
+(bytes / memory bandwidth). Both the model and the
 baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and
 Vidur are inferred from the data (see each YAML's comment).
 """
@@ -162,11 +165,14 @@ def harness_s(p: Point, kernel_s: float, h: dict) -> float:
     if p.source == "vidur":
         return kernel_s + h["vidur_overhead_s"]
     mem = topo_for(p.cluster, p.nodes).cluster.gpu.memory_bandwidth_bytes_per_s
-    return kernel_s + h["aceso_overhead_s"] + 2 * p.copy_bytes / (mem * h["aceso_copy_efficiency"])
+    return kernel_s + h[f"aceso_{p.op}_s"] + 2 * p.copy_bytes / (mem * h["aceso_copy_efficiency"])
 
 
-GRID = {"vtrain_floor_s": [i * 2e-6 for i in range(0, 31)], "vtrain_launch_s": [i * 1e-6 for i in range(0, 21)], "vidur_overhead_s": [i * 2e-6 for i in range(0, 51)],
-        "aceso_overhead_s": [i * 10e-6 for i in range(0, 31)], "aceso_copy_efficiency": [0.3 + 0.05 * i for i in range(15)]}
+_US = [i * 5e-6 for i in range(0, 61)]
+GRID = {"vtrain_floor_s": [i * 2e-6 for i in range(0, 31)], "vtrain_launch_s": [i * 1e-6 for i in range(0, 21)],
+        "vidur_overhead_s": [i * 2e-6 for i in range(0, 51)],
+        **{f"aceso_{op}_s": _US for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")},
+        "aceso_copy_efficiency": [0.3 + 0.05 * i for i in range(15)]}
 
 
 def fit_harness(points: list[Point], kernel: list[float]) -> dict:
