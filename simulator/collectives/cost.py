@@ -48,6 +48,7 @@ class Phase:
     latency_s: float
     algbw_bytes_per_s: float
     wire: float = 1.0
+    tuner_bytes_per_s: Optional[float] = None  # the bandwidth NCCL's tuner believes (None: the real one)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Candidate:
 
     def time_s(self, size_bytes: float) -> float:
         return sum(p.latency_s + size_bytes / p.algbw_bytes_per_s for p in self.phases)
+
+    def tuner_time_s(self, size_bytes: float) -> float:
+        """The time NCCL's tuner predicts (what it selects by), which can differ from the real time."""
+        return sum(p.latency_s + size_bytes / (p.tuner_bytes_per_s or p.algbw_bytes_per_s) for p in self.phases)
 
 
 @dataclass(frozen=True)
@@ -153,12 +158,25 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
 
 
 def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    """Trees move the bytes their graph allows: two-node trees send half of what a ring sends over the
+    network (nccl#1576). NCCL's tuner does not see that: across nodes it rates a tree at the ring channels'
+    speed (the NIC's) times its 0.5 algorithm ratio (tuning.cc), so it picks trees for their latency and
+    rings for bandwidth; the selection below uses that belief (Aceso's 2-node RTX 3090 all-reduce and
+    Vidur's 4-GPUs-per-node groups run at ring speed). On one node the chain's own rate decides (Aceso's
+    V100 and RTX 3090 4-GPU all-reduces reach the chain's bus bandwidth, not the ring's)."""
     graph = graph_for(topo, "tree", group)
     nodes, ppn, intra = _shape(topo, group, graph)
     si, sn = _scales(topo)
     f = BUSBW_FACTOR["all_reduce"](len(group))
-    return [Candidate("tree", proto, (Phase(graph, tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn), bw, wire),))
-            for proto, bw, wire in _protocols(topo, "tree", graph.algbw_bytes_per_s, f, nodes, intra)]
+    real = _protocols(topo, "tree", graph.algbw_bytes_per_s, f, nodes, intra)
+    believed = {}
+    if nodes > 1:
+        ring_busbw = _ring_bandwidth(topo, graph_for(topo, "ring", group, f)) * f
+        believed = {proto: bw for proto, bw, _ in _protocols(topo, "tree", ring_busbw * tuning.TREE_ALGBW_RATIO, f,
+                                                              nodes, intra)}
+    return [Candidate("tree", proto, (Phase(graph, tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn), bw, wire,
+                                            believed.get(proto)),))
+            for proto, bw, wire in real]
 
 
 def nvls_eligible(topo: Topology, group: tuple[int, ...]) -> bool:
@@ -257,5 +275,5 @@ def estimate(topo: Topology, collective: str, group: tuple[int, ...], size_bytes
     if not pool:
         raise ValueError(f"{algorithm or 'any algorithm'}/{protocol or 'any protocol'} is not available for "
                          f"{collective} on {len(group)} ranks of {topo.cluster.name}")
-    best = min(pool, key=lambda c: c.time_s(size_bytes))
+    best = min(pool, key=lambda c: c.tuner_time_s(size_bytes))
     return Estimate(collective, group, size_bytes, best, best.time_s(size_bytes))

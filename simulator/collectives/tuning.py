@@ -38,6 +38,8 @@ LL_MAX_BUSBW_MULTI = (39e9, 20.4e9)
 TREE_SIMPLE = 0.92
 TREE_LL = 1 / 3.8
 TREE_LL128 = {True: 7 / 9, False: 120 / 128}
+#: tuning.cc converts a tree's bus bandwidth to algorithm bandwidth with a ratio of 0.5 (rings: n / (2(n-1)))
+TREE_ALGBW_RATIO = 0.5
 #: NVLS: fraction of the GPU's usable NVLink bandwidth the switch reduction reaches (tuning.cc nvlsEfficiency
 #: 0.85 on Hopper; 0.80 on Blackwell from HGX B200 NVLS 778-838 GB/s at 6-8 GPUs vs ring 680, stas00)
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.80}
