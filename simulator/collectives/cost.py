@@ -49,6 +49,7 @@ class Phase:
     algbw_bytes_per_s: float
     wire: float = 1.0
     tuner_bytes_per_s: Optional[float] = None  # the bandwidth NCCL's tuner believes (None: the real one)
+    tuner_latency_s: Optional[float] = None  # the latency NCCL's tuner believes (None: the real one)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class Candidate:
 
     def tuner_time_s(self, size_bytes: float) -> float:
         """The time NCCL's tuner predicts (what it selects by), which can differ from the real time."""
-        return sum(p.latency_s + size_bytes / (p.tuner_bytes_per_s or p.algbw_bytes_per_s) for p in self.phases)
+        return sum((p.latency_s if p.tuner_latency_s is None else p.tuner_latency_s)
+                   + size_bytes / (p.tuner_bytes_per_s or p.algbw_bytes_per_s) for p in self.phases)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,18 @@ def _scales(topo: Topology) -> tuple[float, float]:
     c = topo.cluster
     inter = c.inter_node.latency_s / tuning.REFERENCE_INTER_LATENCY_S if c.inter_node else 1.0
     return c.intra_node.latency_s / tuning.REFERENCE_INTRA_LATENCY_S, inter
+
+
+def _simple_switch_latency_s(topo: Topology, graph: ChannelGraph, protocol: str) -> float:
+    """Real latency of a Simple-protocol call through an NVSwitch beyond NCCL's tuner table
+    (``tuning.NVSWITCH_SIMPLE_LATENCY_US``); zero elsewhere."""
+    if protocol != "Simple" or not _crosses_nvswitch(graph):
+        return 0.0
+    return tuning.NVSWITCH_SIMPLE_LATENCY_US * _scales(topo)[0] * 1e-6
+
+
+def _crosses_nvswitch(graph: ChannelGraph) -> bool:
+    return any(v.endswith(".nvswitch") for pipe in graph.pipelines for hop in pipe.hops for _, v in hop)
 
 
 def _shape(topo: Topology, group: tuple[int, ...], graph: ChannelGraph) -> tuple[int, int, str]:
@@ -153,7 +167,8 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
     out = []
     for proto, bw, wire in _protocols(topo, "ring", base, f, nodes, intra):
         lat = tuning.ring_latency_s(proto, steps, inter, intra, ppn, si, sn)
-        out.append(Candidate("ring", proto, (Phase(graph, lat, bw, wire),)))
+        real = lat + _simple_switch_latency_s(topo, graph, proto)
+        out.append(Candidate("ring", proto, (Phase(graph, real, bw, wire, tuner_latency_s=lat),)))
     return out
 
 
@@ -174,9 +189,12 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
         ring_busbw = _ring_bandwidth(topo, graph_for(topo, "ring", group, f)) * f
         believed = {proto: bw for proto, bw, _ in _protocols(topo, "tree", ring_busbw * tuning.TREE_ALGBW_RATIO, f,
                                                               nodes, intra)}
-    return [Candidate("tree", proto, (Phase(graph, tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn), bw, wire,
-                                            believed.get(proto)),))
-            for proto, bw, wire in real]
+    out = []
+    for proto, bw, wire in real:
+        lat = tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn)
+        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto), bw, wire,
+                                                   believed.get(proto), lat),)))
+    return out
 
 
 def nvls_eligible(topo: Topology, group: tuple[int, ...]) -> bool:
@@ -195,7 +213,8 @@ def _nvls(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     limit = port * tuning.NVLS_EFFICIENCY.get(topo.cluster.gpu.architecture, 0.85)
     graph = graph_for(topo, "nvls", group, limit=limit)
     lat = tuning.nvls_latency_s(_scales(topo)[0])
-    return [Candidate("nvls", "Simple", (Phase(graph, lat, graph.algbw_bytes_per_s),))]
+    real = lat + _simple_switch_latency_s(topo, graph, "Simple")
+    return [Candidate("nvls", "Simple", (Phase(graph, real, graph.algbw_bytes_per_s, tuner_latency_s=lat),))]
 
 
 def _tree_single_node_eligible(topo: Topology, group: tuple[int, ...]) -> bool:
