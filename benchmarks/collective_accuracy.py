@@ -163,14 +163,14 @@ def harness_s(p: Point, kernel_s: float, h: dict) -> float:
     if p.source == "vtrain":
         return max(kernel_s, h["vtrain_floor_s"] + len(p.group) * h["vtrain_launch_s"])
     if p.source == "vidur":
-        return kernel_s + h["vidur_overhead_s"]
+        return kernel_s + h[f"vidur_{p.op}_s"]
     mem = topo_for(p.cluster, p.nodes).cluster.gpu.memory_bandwidth_bytes_per_s
     return kernel_s + h[f"aceso_{p.op}_s"] + 2 * p.copy_bytes / (mem * h["aceso_copy_efficiency"])
 
 
 _US = [i * 5e-6 for i in range(0, 61)]
 GRID = {"vtrain_floor_s": [i * 2e-6 for i in range(0, 31)], "vtrain_launch_s": [i * 1e-6 for i in range(0, 21)],
-        "vidur_overhead_s": [i * 2e-6 for i in range(0, 51)],
+        **{f"vidur_{op}_s": [i * 2e-6 for i in range(0, 51)] for op in ("all_reduce", "send_recv")},
         **{f"aceso_{op}_s": _US for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")},
         "aceso_copy_efficiency": [0.3 + 0.05 * i for i in range(15)]}
 
