@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from ..topology import Topology
-from ..topology.links import ring_overhead
+from ..topology.links import SHM_RING_FILL_STEPS, ring_overhead
 from ..topology.nodes import intra_bandwidth
 from ..topology.routing import route, route_latency_s
 from . import tuning
@@ -124,13 +124,24 @@ def _shape(topo: Topology, group: tuple[int, ...], graph: ChannelGraph) -> tuple
     return nodes, len(group) // nodes, intra
 
 
-def _ring_bandwidth(topo: Topology, graph: ChannelGraph) -> float:
-    """GA100 rings on NVLink lose k*S/B_nvlink on top of f*S/B (``topology.links.ring_overhead``)."""
+def _ring_bandwidth(topo: Topology, graph: ChannelGraph, n: int) -> float:
+    """The Simple-protocol payload rate of a ring over ``n`` ranks. GA100 rings on NVLink lose k*S/B_nvlink on
+    top of f*S/B (``topology.links.ring_overhead``); staged rings lose their pipeline fill (``_pipelined``)."""
     k = ring_overhead(topo.cluster.gpu.name)
-    if not k or graph.kinds != {"nvlink"}:
+    if k and graph.kinds == {"nvlink"}:
+        rate, eff = intra_bandwidth(topo.cluster)
+        return 1.0 / (1.0 / graph.algbw_bytes_per_s + k / (rate * eff))
+    return _pipelined(graph, n)
+
+
+def _pipelined(graph: ChannelGraph, n: int) -> float:
+    """A ring, chain or tree whose hops go through host-memory staging loses ``SHM_RING_FILL_STEPS`` steps of
+    S/n to filling and draining its pipeline (``topology.links``): time = S (w + D/n) / B for a graph that
+    moves w bytes per byte of the buffer (the pipelines' weight). Other graphs stream: their own rate."""
+    if not any(".stage" in v for pipe in graph.pipelines for hop in pipe.hops for _, v in hop):
         return graph.algbw_bytes_per_s
-    rate, eff = intra_bandwidth(topo.cluster)
-    return 1.0 / (1.0 / graph.algbw_bytes_per_s + k / (rate * eff))
+    w = graph.pipelines[0].weight
+    return graph.algbw_bytes_per_s * w / (w + SHM_RING_FILL_STEPS / n)
 
 
 def _protocols(topo: Topology, algorithm: str, base: float, busbw_factor: float, nodes: int,
@@ -156,10 +167,10 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
     f = BUSBW_FACTOR[collective](n)
     if algorithm == "chain":
         graph = graph_for(topo, "chain", group)
-        base = graph.algbw_bytes_per_s
+        base = _pipelined(graph, n)
     else:
         graph = graph_for(topo, "ring", group, f)
-        base = _ring_bandwidth(topo, graph)
+        base = _ring_bandwidth(topo, graph, n)
     nodes, ppn, intra = _shape(topo, group, graph)
     steps = {"all_reduce": 2 * (n - 1)}.get(collective, n - 1)
     inter = {"all_reduce": 2 * (nodes - 1)}.get(collective, nodes - 1)
@@ -183,10 +194,10 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     nodes, ppn, intra = _shape(topo, group, graph)
     si, sn = _scales(topo)
     f = BUSBW_FACTOR["all_reduce"](len(group))
-    real = _protocols(topo, "tree", graph.algbw_bytes_per_s, f, nodes, intra)
+    real = _protocols(topo, "tree", _pipelined(graph, len(group)), f, nodes, intra)
     believed = {}
     if nodes > 1:
-        ring_busbw = _ring_bandwidth(topo, graph_for(topo, "ring", group, f)) * f
+        ring_busbw = _ring_bandwidth(topo, graph_for(topo, "ring", group, f), len(group)) * f
         believed = {proto: bw for proto, bw, _ in _protocols(topo, "tree", ring_busbw * tuning.TREE_ALGBW_RATIO, f,
                                                               nodes, intra)}
     out = []

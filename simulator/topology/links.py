@@ -29,6 +29,14 @@ PCIE_EFFICIENCY = 0.76
 PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 #: Host-memory staging (no GPU peer-to-peer): both directions together reach this fraction of the line rate.
 SHM_EFFICIENCY = 0.63
+#: A ring's pipeline does not stream across its loops: each loop (channels x ranks x chunk bytes) loses some
+#: chunk-times filling and draining, D extra steps of S/n per call in all: time = S (f + D/n) / B, which makes
+#: small rings slower per byte. Through host-memory staging D = 0.45, fitted on Aceso's RTX 2080 and Titan RTX
+#: all-reduce (busbw 3.88 / 4.72 / 5.03 GB/s at 2 / 4 / 8 GPUs, within 5%); unfitted, it gives their
+#: all-gather and reduce-scatter 3.4 / 4.3 / 4.7 GB/s against measured fast modes of 3.0-3.5 / 4.2 / 4.6.
+#: Direct NVLink rings show none (vTrain DGX-1: 0.90 of line rate at 2 and 8 GPUs); GA100 has its own
+#: term (``ring_overhead``).
+SHM_RING_FILL_STEPS = 0.45
 CPU_INTERCONNECT_BYTES_PER_S = 10e9
 
 
