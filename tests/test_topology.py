@@ -19,9 +19,10 @@ def test_nvswitch_route_goes_through_switch_at_nvlink_rate():
     assert cap(topo, r[0]) == pytest.approx(450e9 * 0.815)
 
 
-def test_ga100_links_carry_most_of_line_rate():
+def test_ga100_links_run_at_the_nvlink3_efficiency():
+    # below the 274 GB/s copy-engine peak (stas00); NCCL send/recv measures 227-244 (Vidur), 236 (Aceso)
     topo = build_topology(make_cluster(8, kind="nvswitch", gpu="A100-SXM4-80GB"))
-    assert cap(topo, ("gpu0", "n0.nvswitch")) == pytest.approx(300e9 * 0.976)
+    assert cap(topo, ("gpu0", "n0.nvswitch")) == pytest.approx(300e9 * 0.78)
 
 
 def test_nvlink_mesh_is_direct_with_split_bandwidth():

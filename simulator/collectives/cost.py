@@ -5,7 +5,8 @@ Per candidate (NCCL tuning.cc structure, network-model.md 2.4 and 6.2-6.3):
 * bandwidth: the Simple-protocol payload rate of the algorithm's channel graph on the idle fabric
   (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92), capped for LL by NCCL's
   llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs at the switch's
-  reduction efficiency. On GA100 NVLink rings an extra time k*S/B_nvlink (``topology.links``).
+  reduction efficiency. Pipelines that lose their fill and drain (host-memory staging, GA100 NVLink) take
+  D steps of S/n longer (``topology.links.ring_fill_steps``).
 * latency: NCCL's formulas and constants (``tuning``), scaled by the cluster's hop latencies.
 
 The flow model (``algorithms``) moves exactly these bytes at these rates, so on an idle fabric the two
@@ -18,8 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from ..topology import Topology
-from ..topology.links import SHM_RING_FILL_STEPS, ring_overhead
-from ..topology.nodes import intra_bandwidth
+from ..topology.links import ring_fill_steps
 from ..topology.routing import route, route_latency_s
 from . import tuning
 from .pipelines import ChannelGraph, by_node, graph_for, ring, solve
@@ -124,24 +124,15 @@ def _shape(topo: Topology, group: tuple[int, ...], graph: ChannelGraph) -> tuple
     return nodes, len(group) // nodes, intra
 
 
-def _ring_bandwidth(topo: Topology, graph: ChannelGraph, n: int) -> float:
-    """The Simple-protocol payload rate of a ring over ``n`` ranks. GA100 rings on NVLink lose k*S/B_nvlink on
-    top of f*S/B (``topology.links.ring_overhead``); staged rings lose their pipeline fill (``_pipelined``)."""
-    k = ring_overhead(topo.cluster.gpu.name)
-    if k and graph.kinds == {"nvlink"}:
-        rate, eff = intra_bandwidth(topo.cluster)
-        return 1.0 / (1.0 / graph.algbw_bytes_per_s + k / (rate * eff))
-    return _pipelined(graph, n)
-
-
-def _pipelined(graph: ChannelGraph, n: int) -> float:
-    """A ring, chain or tree whose hops go through host-memory staging loses ``SHM_RING_FILL_STEPS`` steps of
-    S/n to filling and draining its pipeline (``topology.links``): time = S (w + D/n) / B for a graph that
-    moves w bytes per byte of the buffer (the pipelines' weight). Other graphs stream: their own rate."""
-    if not any(".stage" in v for pipe in graph.pipelines for hop in pipe.hops for _, v in hop):
-        return graph.algbw_bytes_per_s
-    w = graph.pipelines[0].weight
-    return graph.algbw_bytes_per_s * w / (w + SHM_RING_FILL_STEPS / n)
+def _pipelined(topo: Topology, graph: ChannelGraph, n: int) -> float:
+    """The Simple-protocol payload rate of a ring, chain or tree over ``n`` ranks: its graph's rate, less the
+    pipeline's fill and drain where the transport loses it (``topology.links.ring_fill_steps``): D steps
+    of S/n per call, time = S (w + D/n) / B for a graph moving w bytes per byte of the buffer (its weight).
+    Host-memory staging loses it anywhere; GA100 on its NVLink-only graphs."""
+    staged = any(".stage" in v for pipe in graph.pipelines for hop in pipe.hops for _, v in hop)
+    d = ring_fill_steps(topo.cluster.gpu.name, staged) if staged or graph.kinds == {"nvlink"} else 0.0
+    w = graph.pipelines[0].weight if graph.pipelines else 1.0
+    return graph.algbw_bytes_per_s * w / (w + d / n)
 
 
 def _protocols(topo: Topology, algorithm: str, base: float, busbw_factor: float, nodes: int,
@@ -167,10 +158,10 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
     f = BUSBW_FACTOR[collective](n)
     if algorithm == "chain":
         graph = graph_for(topo, "chain", group)
-        base = _pipelined(graph, n)
+        base = _pipelined(topo, graph, n)
     else:
         graph = graph_for(topo, "ring", group, f)
-        base = _ring_bandwidth(topo, graph, n)
+        base = _pipelined(topo, graph, n)
     nodes, ppn, intra = _shape(topo, group, graph)
     steps = {"all_reduce": 2 * (n - 1)}.get(collective, n - 1)
     inter = {"all_reduce": 2 * (nodes - 1)}.get(collective, nodes - 1)
@@ -194,10 +185,10 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     nodes, ppn, intra = _shape(topo, group, graph)
     si, sn = _scales(topo)
     f = BUSBW_FACTOR["all_reduce"](len(group))
-    real = _protocols(topo, "tree", _pipelined(graph, len(group)), f, nodes, intra)
+    real = _protocols(topo, "tree", _pipelined(topo, graph, len(group)), f, nodes, intra)
     believed = {}
     if nodes > 1:
-        ring_busbw = _ring_bandwidth(topo, graph_for(topo, "ring", group, f), len(group)) * f
+        ring_busbw = _pipelined(topo, graph_for(topo, "ring", group, f), len(group)) * f
         believed = {proto: bw for proto, bw, _ in _protocols(topo, "tree", ring_busbw * tuning.TREE_ALGBW_RATIO, f,
                                                               nodes, intra)}
     out = []

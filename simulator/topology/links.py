@@ -9,8 +9,8 @@ All figures are per direction. Sources are digested in ``shared/docs/network-mod
   NVLink 4: DGX H100/H200 365-370 of 450 (nccl#1455, stas00) -> 0.815;
   NVLink 5: HGX B200 673-695 of 900 (stas00, nccl#2140) -> 0.756.
   NVLink 1 has no measurement here: NCCL's own constant (18 of 20 -> 0.90, topo.h SM60).
-* GA100 (A100/A800/A30) is the exception: its links carry 97.6% of line rate and the ring kernels lose
-  a ring-size-dependent share (``ring_overhead`` below); see ``collectives.cost``.
+* Pipelined algorithms (rings, chains, trees) can lose part of every loop to filling and draining their
+  pipeline, which makes small rings slower per byte (``ring_fill_steps`` below; ``collectives.cost``).
 * PCIe: x1 line rate after encoding per generation; NCCL models Gen3/4/5 x16 as 12/24/48 GB/s (topo.h),
   i.e. 0.76 of line rate, which the A100 PCIe pairs' cross-pair all-reduce reproduces (23.7 of 31.5 GB/s).
 * PCIe without peer-to-peer (GeForce cards, "CNS" chipsets): NCCL's SHM transport stages every hop in
@@ -29,13 +29,12 @@ PCIE_EFFICIENCY = 0.76
 PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 #: Host-memory staging (no GPU peer-to-peer): both directions together reach this fraction of the line rate.
 SHM_EFFICIENCY = 0.63
-#: A ring's pipeline does not stream across its loops: each loop (channels x ranks x chunk bytes) loses some
-#: chunk-times filling and draining, D extra steps of S/n per call in all: time = S (f + D/n) / B, which makes
-#: small rings slower per byte. Through host-memory staging D = 0.45, fitted on Aceso's RTX 2080 and Titan RTX
-#: all-reduce (busbw 3.88 / 4.72 / 5.03 GB/s at 2 / 4 / 8 GPUs, within 5%); unfitted, it gives their
-#: all-gather and reduce-scatter 3.4 / 4.3 / 4.7 GB/s against measured fast modes of 3.0-3.5 / 4.2 / 4.6.
-#: Direct NVLink rings show none (vTrain DGX-1: 0.90 of line rate at 2 and 8 GPUs); GA100 has its own
-#: term (``ring_overhead``).
+#: A ring's pipeline does not always stream across its loops: each loop (channels x ranks x chunk bytes) can
+#: lose some chunk-times filling and draining, D extra steps of S/n per call in all, so that
+#: time = S (f + D/n) / B and small rings are slower per byte. Through host-memory staging D = 0.45, fitted on
+#: Aceso's RTX 2080 and Titan RTX all-reduce (busbw 3.88 / 4.72 / 5.03 GB/s at 2 / 4 / 8 GPUs, within 5%);
+#: unfitted, it gives their all-gather and reduce-scatter 3.4 / 4.3 / 4.7 GB/s against measured fast modes
+#: of 3.0-3.5 / 4.2 / 4.6.
 SHM_RING_FILL_STEPS = 0.45
 CPU_INTERCONNECT_BYTES_PER_S = 10e9
 
@@ -46,23 +45,24 @@ def gpu_family(gpu_name: str) -> str:
     return "ga100" if name.startswith(("A100", "A800", "A30")) else "other"
 
 
-#: per GPU family: (NVLink efficiency override, ring overhead k). The ring all-reduce time on GA100 is
-#: f*S/B + S/P with B = 0.976 x line rate and P ~ 600 GB/s, i.e. an efficiency f/(f + k), k = B/P = 0.485,
-#: where f = 2(n-1)/n: it fits vTrain's DGX A100 (n = 2..8), Aceso's A100 (n = 2, 4) and Vidur's A100 PCIe
-#: pair within 3% at 0.5-4 GB. Volta and Hopper show no such term (ring busbw flat in n: vTrain DGX-1,
-#: nccl#1455), so k = 0 there.
-FAMILY_NVLINK = {"ga100": (0.976, 0.485)}
+#: D on NVLink per GPU family (see SHM_RING_FILL_STEPS). GA100 (A100/A800/A30): 0.33, fitted on vTrain's DGX
+#: A100 nccl-tests at 1 GiB (busbw 197 / 222 / 229 GB/s at 2 / 4 / 8 GPUs) with the NVLink 3 efficiency of
+#: 0.78 that the RTX 3090 bridge (GA102, 43.5 of 56.25 GB/s at 2 GPUs, no fill) and A100 point-to-point
+#: show: Vidur's DGX A100 send/recv 227-244 GB/s, Aceso's A100-40 236 GB/s, of 300. Volta (vTrain DGX-1: 0.90
+#: of line rate at 2 and 8 GPUs) and Hopper (nccl#1455: ring busbw flat at 365-370 GB/s over 2-8 GPUs)
+#: show none.
+FAMILY_RING_FILL_STEPS = {"ga100": 0.33}
 
 
-def nvlink_efficiency(generation: int, gpu_name: str) -> float:
-    override = FAMILY_NVLINK.get(gpu_family(gpu_name))
-    return override[0] if override else NVLINK_EFFICIENCY.get(generation, 0.80)
+def nvlink_efficiency(generation: int, gpu_name: str) -> float:  # noqa: ARG001 (kept for the family hook)
+    return NVLINK_EFFICIENCY.get(generation, 0.80)
 
 
-def ring_overhead(gpu_name: str) -> float:
-    """Dimensionless k of the ring efficiency f/(f + k) on NVLink (0 where none is measured)."""
-    override = FAMILY_NVLINK.get(gpu_family(gpu_name))
-    return override[1] if override else 0.0
+def ring_fill_steps(gpu_name: str, staged: bool) -> float:
+    """D of a pipelined ring, chain or tree: host-memory staging's, else the GPU family's on NVLink, else 0."""
+    if staged:
+        return SHM_RING_FILL_STEPS
+    return FAMILY_RING_FILL_STEPS.get(gpu_family(gpu_name), 0.0)
 
 
 def nvlink_per_link_bytes_per_s(generation: int, total_bytes_per_s: float, links: int) -> float:
