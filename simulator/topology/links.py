@@ -54,7 +54,7 @@ def gpu_family(gpu_name: str) -> str:
 FAMILY_RING_FILL_STEPS = {"ga100": 0.33}
 
 
-def nvlink_efficiency(generation: int, gpu_name: str) -> float:  # noqa: ARG001 (kept for the family hook)
+def nvlink_efficiency(generation: int) -> float:
     return NVLINK_EFFICIENCY.get(generation, 0.80)
 
 

@@ -40,7 +40,7 @@ def intra_bandwidth(cluster: ClusterSpec) -> tuple[float, float]:
     rate = intra.bandwidth_bytes_per_s or gpu.nvlink_bandwidth_bytes_per_s
     if rate <= 0:
         raise ValueError(f"{gpu.name} has no NVLink; use intra_node.kind: pcie or give bandwidth_GBps")
-    return rate, intra.efficiency or nvlink_efficiency(gpu.nvlink_generation, gpu.name)
+    return rate, intra.efficiency or nvlink_efficiency(gpu.nvlink_generation)
 
 
 def gpus_per_switch(cluster: ClusterSpec) -> int:
