@@ -80,8 +80,8 @@ def test_collect_pure_parts(tmp_path):
     path.write_text("gemm:\n  bf16: {shape: [1, 8192, 8192, 8192], flops_per_s: 6.0e14}\n"
                     "copy: {shape: [16384, 16384], dtype: fp32, bytes_per_s: 3.0e12}\n")
     kernels = collect.calibration_kernels(collect.read_calibration(path))
-    assert kernels["bf16"][1] == pytest.approx(2 * 8192**3 / 6e14)
-    assert kernels["memory"][1] == pytest.approx(8 * 16384**2 / 3e12)
+    assert kernels["bf16"][0][1] == pytest.approx(2 * 8192**3 / 6e14)
+    assert kernels["memory"][0][1] == pytest.approx(8 * 16384**2 / 3e12)
     path.write_text("gemm:\n  bf16: {flops_per_s: 1}\n")
     with pytest.raises(ConfigError):
         collect.read_calibration(path)

@@ -9,8 +9,8 @@ fixed time. Output folder (read back by ``dataset.load_collected``):
 * ``gpu.yaml``: the GPU's catalog entry (found by ``torch.cuda.get_device_name``), or what torch
   reports about an unknown GPU, which the user must complete with datasheet peaks.
 
-``--quick`` instead writes ``calibration.yaml``: sustained GEMM FLOP/s per dtype at one large shape
-and copy bandwidth, for ``predict-kernels --calibration``.
+``--quick`` instead writes ``calibration.yaml``: achieved GEMM FLOP/s per dtype at three large
+shapes and copy bandwidth, for ``predict-kernels --calibration`` (a few seconds of GPU time).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..specs import GpuSpec
 from .kernels import Kernel
 
 TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-CALIBRATION_GEMM = (1, 8192, 8192, 8192)
+CALIBRATION_GEMMS = ((1, 8192, 8192, 8192), (1, 4096, 4096, 4096), (1, 8192, 8192, 2048))
 CALIBRATION_COPY = (16384, 16384)  # fp32: 1 GiB read + 1 GiB written
 
 
@@ -94,16 +94,21 @@ def read_calibration(path: Path) -> dict:
     return raw
 
 
-def calibration_kernels(calibration: dict) -> dict[str, tuple[Kernel, float]]:
-    """{dtype or 'memory': (kernel, measured seconds)} from a calibration mapping."""
-    out = {}
-    for dtype, entry in (calibration.get("gemm") or {}).items():
-        k = Kernel("gemm", dtype, tuple(int(d) for d in entry["shape"]), "nn")
-        out[dtype] = (k, k.flops / float(entry["flops_per_s"]))
-    copy = calibration.get("copy")
-    if copy:
-        k = Kernel("copy", copy.get("dtype", "fp32"), tuple(int(d) for d in copy["shape"]))
-        out["memory"] = (k, k.bytes / float(copy["bytes_per_s"]))
+def _entries(value) -> list[dict]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def calibration_kernels(calibration: dict) -> dict[str, list[tuple[Kernel, float]]]:
+    """{dtype or 'memory': [(kernel, measured seconds), ...]} from a calibration mapping. Each GEMM
+    dtype (and ``copy``) holds one ``{shape, flops_per_s}`` entry or a list of them."""
+    out: dict[str, list[tuple[Kernel, float]]] = {}
+    for dtype, value in (calibration.get("gemm") or {}).items():
+        for entry in _entries(value):
+            k = Kernel("gemm", dtype, tuple(int(d) for d in entry["shape"]), entry.get("layout", "nn"))
+            out.setdefault(dtype, []).append((k, k.flops / float(entry["flops_per_s"])))
+    for entry in _entries(calibration.get("copy") or []):
+        k = Kernel("copy", entry.get("dtype", "fp32"), tuple(int(d) for d in entry["shape"]))
+        out.setdefault("memory", []).append((k, k.bytes / float(entry["bytes_per_s"])))
     return out
 
 
@@ -245,8 +250,16 @@ def run_collect(out: Path, ops: Optional[list[str]] = None, dtypes: Optional[lis
 def _quick(torch, dev, out: Path, dtypes: list[str], log) -> int:
     cal: dict = {"gpu": torch.cuda.get_device_name(), "gemm": {}}
     for dtype in dtypes:
-        k = Kernel("gemm", dtype, CALIBRATION_GEMM, "nn")
-        cal["gemm"][dtype] = {"shape": list(k.shape), "flops_per_s": k.flops / time_kernel(torch, k, dev, 3, 10)}
+        entries = []
+        for shape in CALIBRATION_GEMMS:
+            k = Kernel("gemm", dtype, shape, "nn")
+            try:
+                entries.append({"shape": list(shape), "flops_per_s": k.flops / time_kernel(torch, k, dev, 3, 10)})
+            except RuntimeError as exc:  # dtype not supported by this GPU / torch
+                log(f"skip {dtype}: {str(exc).splitlines()[0]}")
+                break
+        if entries:
+            cal["gemm"][dtype] = entries
     copy = Kernel("copy", "fp32", CALIBRATION_COPY)
     cal["copy"] = {"shape": list(copy.shape), "dtype": "fp32", "bytes_per_s": copy.bytes / time_kernel(torch, copy, dev)}
     (out / "calibration.yaml").write_text(yaml.safe_dump(cal, sort_keys=False))

@@ -1,9 +1,15 @@
-"""Kernel + GPU -> the MLP's input features and the ideal (100 %-of-peak, wave-quantised) time.
+"""Kernel + GPU -> the MLP's input features and the ideal (roofline at 100 % of peak) time.
 
-The GPU enters only through its specs, as *ratios to the kernel* (waves over its SMs, the kernel's
-arithmetic intensity over the GPU's ridge point, working set over its L2) plus a few dimensionless
-physics descriptors (board power per SM-GHz, base over boost clock). No name, architecture one-hot or raw peak
-reaches the network: with a dozen training GPUs those act as identifiers and overfit.
+The GPU enters only through its specs, and only as *ratios to the kernel*: the ideal time from its
+dtype-aware peak and bandwidth, waves over its SMs (and resident CTAs per SM), the kernel's
+arithmetic intensity over the GPU's ridge point. No name, architecture
+one-hot, raw peak or other per-GPU constant reaches the network. Leave-one-GPU-out experiments with
+per-GPU physics descriptors (board power per SM-GHz, base over boost clock, FLOP and DRAM bytes per
+clock per SM), fed to the MLP or as a linear term of the logit, all made held-out GPUs worse (the
+A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
+descriptor identifies GPUs and a new GPU brings an unseen combination. What they were meant to
+capture -- power-limited parts (T4, L4) not holding boost clock -- is left to the calibration
+(``simulator collect --quick``), and reported as an error of the spec-only mode.
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
@@ -15,10 +21,12 @@ Two feature sets, one per network:
 
 * ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
-  layout, math unit and element size. (Working set over L2 is left out: with the A100's 40 MB L2
-  alone in its range, it confounds "big GEMM on a big-L2 GPU" with "small GEMM".)
+  layout, math unit and element size.
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
-  128-thread CTAs, row length for row-wise ops, intensity, working set / L2, op kind and direction.
+  128-thread CTAs, row length for row-wise ops, intensity, element size, op kind and direction.
+
+Working set over L2 is left out of both: the A100's 40 MB L2 is alone in its range, so the ratio
+confounds "big kernel on a big-L2 GPU" with "small kernel" (held-out A100 errors grew with it).
 """
 from __future__ import annotations
 
@@ -34,13 +42,12 @@ from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, th
 
 LAYOUTS = ("nn", "nt", "tn")
 VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
-GPU_FEATURES = ("log2_power_w_per_sm_ghz", "base_over_boost_clock")
 GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
-                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS) + GPU_FEATURES
+                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
-                   "log2_bytes_over_l2", "log2_element_bytes", "backward", "transcendental") + tuple(
-                       f"kind_{k}" for k in VECTOR_KINDS) + GPU_FEATURES
+                   "log2_element_bytes", "backward", "transcendental") + tuple(
+                       f"kind_{k}" for k in VECTOR_KINDS)
 
 
 def vector_kind(op: str) -> str:
@@ -65,21 +72,8 @@ def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
     return gpu.peak_flops_per_s["fp32"]
 
 
-def gpu_descriptors(gpu: GpuSpec) -> np.ndarray:
-    """Physics of the board beyond the kernel-relative ratios, both about holding the boost clock
-    under load: board power per SM-GHz, and base over boost clock (the base clock is what the board
-    guarantees at full load within its power limit; power-limited parts such as the T4 and L4 have
-    base clocks near 40 % of boost, most others 75-90 %)."""
-    power = gpu.tdp_w / (gpu.sms * gpu.boost_clock_hz / 1e9)
-    return np.array([np.log2(power), gpu.base_clock_hz / gpu.boost_clock_hz])
-
-
 def _log2(x) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-30))
-
-
-def _with_gpu(columns: list[np.ndarray], gpu: GpuSpec, n: int) -> np.ndarray:
-    return np.column_stack(columns + [np.full(n, v) for v in gpu_descriptors(gpu)])
 
 
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +107,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), _log2(waves), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             _log2(k_slice), tensor.astype(float), _log2(elem)] + layout
-    return _with_gpu(cols, gpu, n), t_ideal
+    return np.column_stack(cols), t_ideal
 
 
 def _vector_dims(kernel: Kernel) -> tuple[int, int]:
@@ -140,10 +134,10 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-9)
     kind_cols = [np.array([kd == x for kd in kinds], dtype=float) for x in VECTOR_KINDS]
     cols = [_log2(t_ideal / 1e-6), _log2(np.maximum(t_compute, 1e-12) / np.maximum(t_memory, 1e-12)), _log2(waves),
-            fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(bytes_ / gpu.l2_bytes), _log2(elem),
+            fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem),
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
             np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float)] + kind_cols
-    return _with_gpu(cols, gpu, n), t_ideal
+    return np.column_stack(cols), t_ideal
 
 
 __all__ = ["GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",

@@ -40,7 +40,8 @@ def weights_available(folder: Path = WEIGHTS_DIR) -> bool:
 
 
 class Network:
-    """One utilisation network in numpy: clip to training range, standardise, SiLU layers, logit."""
+    """One utilisation network in numpy (mirror of ``model.UtilisationMLP``): clip to the training
+    range, standardise, SiLU layers, logit."""
 
     def __init__(self, arrays: dict[str, np.ndarray]):
         f32 = {k: np.asarray(v, dtype=np.float32) for k, v in arrays.items()}
@@ -137,14 +138,16 @@ class MLPPredictor:
         return out
 
     def _calibration_factors(self, gpu: GpuSpec) -> dict[str, float]:
-        """measured / predicted time at each calibration shape (per GEMM dtype, and 'memory')."""
+        """Per GEMM dtype (and 'memory'): the geometric mean over the calibration shapes of measured
+        over predicted time (both less the fixed time)."""
         if gpu.name not in self._factors:
             from .collect import calibration_kernels
 
             factors = {}
-            for key, (kernel, measured_s) in calibration_kernels(self.calibration).items():
-                predicted = self.raw_latency_s([kernel], gpu)[0][0]
-                route = "vector" if key == "memory" else "gemm"
-                factors[key] = (measured_s - self.fixed_s[route]) / max(predicted - self.fixed_s[route], 1e-12)
+            for key, pairs in calibration_kernels(self.calibration).items():
+                fixed = self.fixed_s["vector" if key == "memory" else "gemm"]
+                predicted = self.raw_latency_s([k for k, _ in pairs], gpu)[0]
+                ratios = [max(t - fixed, 1e-12) / max(p - fixed, 1e-12) for (_, t), p in zip(pairs, predicted)]
+                factors[key] = float(np.exp(np.mean(np.log(ratios))))
             self._factors[gpu.name] = factors
         return self._factors[gpu.name]

@@ -21,8 +21,8 @@ OVERHEAD_SCALE_S = 1e-5  # overhead = softplus(raw) x 10 us
 
 
 class UtilisationMLP(nn.Module):
-    """Features clipped to the training range (no wild extrapolation for an unusual GPU), standardised
-    -> SiLU MLP -> one logit (utilisation = sigmoid(logit))."""
+    """Features clipped to the training range (no wild extrapolation for an unusual kernel or GPU),
+    standardised -> SiLU MLP -> one logit (utilisation = sigmoid(logit))."""
 
     def __init__(self, n_features: int, stats, hidden: tuple[int, ...] = HIDDEN):
         super().__init__()
