@@ -1,0 +1,194 @@
+"""Kernel-latency accuracy, leave one GPU out: for every GPU (chip) in the measured data, train on the
+others, predict the held-out one. Compared side by side:
+
+* ``mlp``      -- this project's tile/wave MLP from specs only (numpy inference of the fold's weights);
+* ``mlp+cal``  -- the same with a calibration emulated from the held-out GPU's own largest GEMM per
+                  dtype and largest elementwise kernel (what ``simulator collect --quick`` measures);
+* ``roofline`` -- the analytic predictor (``predictor/roofline.py``);
+* ``neusight`` -- a re-implementation of NeuSight (``predictor/neusight.py``), trained on the same GPUs.
+
+Evaluation sets of the held-out GPU: NeuSight's transformer-shaped test kernels (fp32), Vidur
+(fp16 forward ops) and Aceso (fp16/fp32/tf32 forward and backward ops). GPUs with the same chip
+(A100 PCIe/SXM/80GB, V100 PCIe/SXM2) are held out together.
+
+Usage: python benchmarks/kernel_accuracy.py [--data DIR] [--quick] [--folds ampere-108sm,...]
+Writes benchmarks/results/kernel_accuracy.{md,json} (``--quick``: kernel_accuracy_quick.*).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from simulator.predictor import evaluation as ev  # noqa: E402
+from simulator.predictor import training as tr  # noqa: E402
+from simulator.predictor.dataset import data_dir, load_all  # noqa: E402
+from simulator.predictor.kernels import Kernel  # noqa: E402
+from simulator.predictor.mlp import MLPPredictor  # noqa: E402
+from simulator.predictor.neusight import NeuSightBaseline, _query, build_tile_tables  # noqa: E402
+from simulator.predictor.roofline import RooflinePredictor  # noqa: E402
+from simulator.predictor.tiling import tile_from_kernel_name  # noqa: E402
+
+METHODS = ("mlp", "mlp+cal", "roofline", "neusight")
+TARGETS = {"bmm": 10.0, "linear": 10.0, "elementwise": 12.0, "softmax": 12.0, "norm": 12.0}
+
+
+def neusight_tile_match(model: NeuSightBaseline, rows, gpus) -> dict[str, tuple[float, int]]:
+    """Share of the held-out GPU's named GEMM kernels whose tile NeuSight's nearest neighbour borrows."""
+    hits = defaultdict(list)
+    for pred in ("bmm", "linear"):
+        named = [m for m in rows if m.kernel_name and len(m.kernels) == 1 and m.kernels[0].family == "gemm"
+                 and ("bmm" if m.kernels[0].shape[0] > 1 else "linear") == pred and tile_from_kernel_name(m.kernel_name)]
+        if not named or not len(model.tables[pred].keys):
+            continue
+        found = model.tables[pred].lookup(np.array([_query(m.kernels[0], gpus[m.gpu]) for m in named]))
+        for m, (t1, t2) in zip(named, found):
+            hits[m.gpu].append((int(t2), int(t1)) == tile_from_kernel_name(m.kernel_name))
+    return {g: (100.0 * float(np.mean(v)), len(v)) for g, v in sorted(hits.items())}
+
+
+def evaluate_fold(group, rows, gpus, d, groups, args, log):
+    train = np.array([g != group and m.split == "train" for g, m in zip(groups, rows)])
+    test_rows = [m for g, m in zip(groups, rows) if g == group]
+    config = replace(tr.SHIPPED, epochs=args.epochs)
+    t0 = time.time()
+    models = tr.fit_ensemble(d.subset(train), config, args.members)
+    with tempfile.TemporaryDirectory() as tmp:
+        tr.export(models, d.subset(train), Path(tmp), {"fold": group})
+        mlp = MLPPredictor(Path(tmp))
+        overhead = mlp.meta["timing_overhead_s"]
+        preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, overhead)}
+        cal_preds = np.zeros(len(test_rows))
+        for gpu in sorted({m.gpu for m in test_rows}):
+            own = [m for m in test_rows if m.gpu == gpu]
+            cal = MLPPredictor(Path(tmp), calibration=ev.emulated_calibration(own, overhead))
+            idx = [i for i, m in enumerate(test_rows) if m.gpu == gpu]
+            cal_preds[idx] = ev.predict_measurements(cal.latency_s, own, gpus, overhead)
+        preds["mlp+cal"] = cal_preds
+    preds["roofline"] = ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, overhead)
+    t1 = time.time()
+    train_rows = [m for m, t in zip(rows, train) if t]
+    neusight = NeuSightBaseline(epochs=args.neusight_epochs, max_rows=args.neusight_rows,
+                                width=args.neusight_width).fit(train_rows, gpus)
+    preds["neusight"] = neusight.predict(test_rows, gpus)
+    log(f"{group}: mlp {t1 - t0:.0f} s, neusight {time.time() - t1:.0f} s")
+    evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes
+    sub = [test_rows[i] for i in evaluated]
+    table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
+    tiles = {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tile_match(neusight, test_rows, gpus)}
+    return table, tiles
+
+
+def inference_speed(weights: Path | None, n: int = 100_000) -> float:
+    from simulator.hardware import load_gpu
+
+    predictor = MLPPredictor(weights)
+    rng = np.random.default_rng(0)
+    kernels = [Kernel("gemm", "bf16", tuple(int(x) for x in rng.integers(1, 8192, 4)), "nt") for _ in range(n // 2)]
+    kernels += [Kernel("layernorm", "bf16", tuple(int(x) for x in rng.integers(1, 16384, 2))) for _ in range(n // 2)]
+    gpu = load_gpu("H100-SXM5-80GB")
+    predictor.latency_s(kernels[:1000], gpu)
+    start = time.perf_counter()
+    predictor.latency_s(kernels, gpu)
+    return n / (time.perf_counter() - start)
+
+
+def summarise(results: dict) -> list[dict]:
+    """One line per (gpu, dataset, class, dtype) with every method's MAPE and the verdict."""
+    lines = []
+    for group, (table, _) in sorted(results.items()):
+        for key in sorted(table["mlp"]):
+            gpu, dataset, cls, dtype = key
+            row = {"fold": group, "gpu": gpu, "dataset": dataset, "class": cls, "dtype": dtype, "n": table["mlp"][key][1]}
+            row.update({meth: round(table[meth][key][0], 1) for meth in METHODS if key in table[meth]})
+            target = TARGETS.get(cls)
+            row["target"] = target
+            row["meets"] = bool(target is not None and row["mlp"] <= target
+                                and row["mlp"] < row.get("roofline", np.inf) and row["mlp"] < row.get("neusight", np.inf))
+            lines.append(row)
+    return lines
+
+
+def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: float) -> str:
+    out = ["# Kernel latency accuracy, leave one GPU out", "",
+           f"Command: `python benchmarks/kernel_accuracy.py{' --quick' if args.quick else ''}` "
+           f"(epochs {args.epochs}, ensemble {args.members}, NeuSight epochs {args.neusight_epochs}, "
+           f"width {args.neusight_width}, max rows {args.neusight_rows}); {elapsed_s / 60:.0f} min on this machine.", "",
+           "MAPE (%) of the held-out GPU's measurements; `mlp` = specs only, `mlp+cal` = with an emulated "
+           "`collect --quick` calibration. Target: GEMM/BMM/linear <= 10 %, elementwise/softmax/norm <= 12 %, "
+           "and better than roofline and NeuSight. `memory` rows (Vidur's embedding) have no target.", "",
+           "| held-out GPU | data | class | dtype | n | mlp | mlp+cal | roofline | neusight | meets |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in lines:
+        vals = " | ".join(f"{r[m]:.1f}" if m in r else "-" for m in METHODS)
+        out.append(f"| {r['gpu']} | {r['dataset']} | {r['class']} | {r['dtype']} | {r['n']} | {vals} | "
+                   f"{'yes' if r['meets'] else ('-' if r['target'] is None else 'no')} |")
+    out += ["", "## Mean over held-out GPUs per class and dtype", "",
+            "| class | dtype | GPUs | mlp | mlp+cal | roofline | neusight | worst mlp |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    agg = defaultdict(list)
+    for r in lines:
+        agg[(r["class"], r["dtype"])].append(r)
+    for (cls, dtype), rs in sorted(agg.items()):
+        means = " | ".join(f"{np.mean([r[m] for r in rs if m in r]):.1f}" for m in METHODS)
+        out.append(f"| {cls} | {dtype} | {len({r['gpu'] for r in rs})} | {means} | {max(r['mlp'] for r in rs):.1f} |")
+    out += ["", "## Tile choice: share of named cuBLAS kernels whose tile is chosen (held-out GPU)", "",
+            "| GPU | ours | NeuSight nearest neighbour | named kernels |", "|---|---:|---:|---:|"]
+    for gpu in sorted(tiles["ours"]):
+        ours, n = tiles["ours"][gpu]
+        ns = tiles["neusight"].get(gpu, (float("nan"), 0))[0]
+        out.append(f"| {gpu} | {ours:.1f} | {ns:.1f} | {n} |")
+    met = sum(r["meets"] for r in lines if r["target"] is not None)
+    out += ["", f"Targets met in {met} of {sum(r['target'] is not None for r in lines)} (GPU, data, class, dtype) cells.",
+            f"Inference speed of the shipped predictor: {speed:,.0f} kernels/s (numpy, batch of 100,000, one process)."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", help="measured data folder (default $SIMULATOR_DATA or ../shared/data)")
+    p.add_argument("--quick", action="store_true", help="small models and few epochs: minutes instead of hours")
+    p.add_argument("--folds", help="comma-separated held-out groups (default: all)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--members", type=int)
+    p.add_argument("--neusight-epochs", type=int)
+    p.add_argument("--neusight-width", type=int)
+    p.add_argument("--neusight-rows", type=int)
+    args = p.parse_args(argv)
+    defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
+        else dict(epochs=tr.SHIPPED.epochs, members=tr.ENSEMBLE, neusight_epochs=20, neusight_width=512,
+                  neusight_rows=20000)
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    start = time.time()
+    rows, gpus = load_all(data_dir(args.data), include_test=True)
+    rows = tr.trainable(rows)
+    d = tr.design(rows, gpus)
+    groups = [tr.holdout_group(gpus[m.gpu]) for m in rows]
+    folds = args.folds.split(",") if args.folds else sorted(set(groups))
+    results = {g: evaluate_fold(g, rows, gpus, d, groups, args, lambda s: print(s, flush=True)) for g in folds}
+    lines = summarise(results)
+    tiles = {k: {g: v for _, (_, t) in results.items() for g, v in t[k].items()} for k in ("ours", "neusight")}
+    speed = inference_speed(None)
+    name = "kernel_accuracy_quick" if args.quick else "kernel_accuracy"
+    out_dir = ROOT / "benchmarks" / "results"
+    text = markdown(lines, tiles, speed, args, time.time() - start)
+    (out_dir / f"{name}.md").write_text(text)
+    (out_dir / f"{name}.json").write_text(json.dumps({"rows": lines, "tile_match_pct": tiles, "kernels_per_s": speed,
+                                                       "settings": vars(args)}, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Leave-one-GPU-out evaluation helpers (used by ``benchmarks/kernel_accuracy.py`` and tests).
+
+A measurement is predicted as the sum of its kernels' predicted latencies plus the timing overhead
+its source adds (``dataset`` explains the timing methods; the overhead per ``source:label`` is
+fitted with the model on the *training* GPUs and shipped in its metadata). The same overhead is
+added to every predictor that predicts device time (MLP, roofline), so the comparison is between
+kernel models; the NeuSight baseline regresses the measured latency directly, as the original does.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..specs import GpuSpec
+from .dataset import Measurement
+from .kernels import Kernel
+from .tiling import choose_gemm_tile, tile_from_kernel_name
+from .training import HOST_TIMINGS, op_class
+
+KernelPredictor = Callable[[Sequence[Kernel], GpuSpec], np.ndarray]
+
+
+def dataset_of(m: Measurement) -> str:
+    """Which evaluation set a measurement belongs to."""
+    return "neusight-test" if (m.source, m.split) == ("neusight", "test") else m.source
+
+
+def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], gpus: dict[str, GpuSpec],
+                         overhead_s: Optional[dict[str, float]] = None) -> np.ndarray:
+    """Sum of kernel predictions per measurement (one batch per GPU) plus the source's overhead."""
+    out = np.zeros(len(rows))
+    by_gpu: dict[str, list[tuple[int, Kernel]]] = defaultdict(list)
+    for i, m in enumerate(rows):
+        by_gpu[m.gpu].extend((i, k) for k in m.kernels)
+    for gpu, items in sorted(by_gpu.items()):
+        t = predict([k for _, k in items], gpus[gpu])
+        np.add.at(out, [i for i, _ in items], t)
+    if overhead_s:
+        out += np.array([overhead_s.get(f"{m.source}:{m.label}", 0.0) if m.timing in HOST_TIMINGS else 0.0
+                         for m in rows])
+    return out
+
+
+def emulated_calibration(rows: Sequence[Measurement], overhead_s: dict[str, float], per_dtype: int = 3) -> dict:
+    """What ``collect --quick`` would report, read off a GPU's own measurements: per GEMM dtype the
+    achieved FLOP/s of the ``per_dtype`` single-kernel GEMMs closest in FLOPs to the calibration
+    shapes (~1 TFLOP), and the bandwidth of its largest binary elementwise kernel (measured time
+    minus the source's timing overhead)."""
+    target = np.log(2.0 * 8192**3)
+    gemms: dict[str, list[Measurement]] = defaultdict(list)
+    copy: Optional[Measurement] = None
+    for m in rows:
+        if len(m.kernels) != 1:
+            continue
+        k = m.kernels[0]
+        if k.family == "gemm" and min(k.shape[1:]) >= 512:
+            gemms[k.dtype].append(m)
+        if k.op in ("add", "mul") and (copy is None or k.bytes > copy.kernels[0].bytes):
+            copy = m
+
+    def device_s(m: Measurement) -> float:
+        extra = overhead_s.get(f"{m.source}:{m.label}", 0.0) if m.timing in HOST_TIMINGS else 0.0
+        return max(m.latency_s - extra, 0.5 * m.latency_s)
+
+    cal: dict = {"gemm": {}}
+    for dtype, ms in sorted(gemms.items()):
+        ms = sorted(ms, key=lambda m: abs(np.log(m.kernels[0].flops) - target))[:per_dtype]
+        cal["gemm"][dtype] = [{"shape": list(m.kernels[0].shape), "layout": m.kernels[0].layout,
+                               "flops_per_s": m.kernels[0].flops / device_s(m)} for m in ms]
+    if copy is not None:
+        k = copy.kernels[0]
+        # A binary elementwise kernel moves 3 tensors; express it as the equivalent copy shape.
+        cal["copy"] = {"shape": [int(np.prod(k.shape)) * 3 // 2], "dtype": k.dtype,
+                       "bytes_per_s": k.bytes / device_s(copy)}
+    return cal
+
+
+def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[tuple[str, str, str, str], tuple[float, int]]:
+    """{(gpu, dataset, class, dtype): (MAPE %, count)}."""
+    groups: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for m, p in zip(rows, predicted_s):
+        key = (m.gpu, dataset_of(m), op_class(m), m.kernels[0].dtype)
+        groups[key].append(abs(p / m.latency_s - 1.0))
+    return {k: (100.0 * float(np.mean(v)), len(v)) for k, v in sorted(groups.items())}
+
+
+def tile_match(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> dict[str, tuple[float, int]]:
+    """{gpu: (% of named GEMM kernels whose tile our heuristic chooses, count)}."""
+    hits: dict[str, list[bool]] = defaultdict(list)
+    for m in rows:
+        named = tile_from_kernel_name(m.kernel_name) if m.kernel_name else None
+        if named and len(m.kernels) == 1 and m.kernels[0].family == "gemm":
+            k, g = m.kernels[0], gpus[m.gpu]
+            t = choose_gemm_tile(k, g, g.peak_flops_per_s[k.dtype])
+            hits[m.gpu].append((t.tm, t.tn) == named)
+    return {g: (100.0 * float(np.mean(v)), len(v)) for g, v in sorted(hits.items())}
