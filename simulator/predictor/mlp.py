@@ -5,10 +5,11 @@ of the datasheet peak and bandwidth (``features``) and ``u = sigmoid(MLP(feature
 a prediction is never faster than the roofline at 100 % and never below the fixed launch time.
 
 Fused attention has no measurement in the training data; it is estimated from the GEMM network:
-FlashAttention-2 runs its matmuls at ~80 % (forward) / ~70 % (backward) of the throughput cuBLAS
-reaches on a GEMM of the same inner shape (Dao 2023, Fig. 5-6: 50-73 % vs 63 % of A100 peak for
-fwd / bwd against ~80-85 % for cuBLAS), so each attention kernel costs its matmul count times the
-GEMM-network time of ``(batch x heads, seq_q, head_dim, k=seq_k)`` divided by that ratio.
+FlashAttention-2 sustains a fixed fraction of the utilisation the same GPU reaches on a large
+GEMM of the same dtype -- about 0.8 forward / 0.7 backward on Ampere and Ada (Dao 2023, Fig. 5-6:
+up to 73 % / 63 % of A100 peak where cuBLAS reaches ~85-90 %) and 0.5 / 0.45 on Hopper and
+Blackwell, where FlashAttention-2 uses no wgmma/TMA (Shah et al. 2024, FlashAttention-3: "only
+35 % utilisation on H100") -- times the fill of its last wave of 128-query-row CTAs.
 
 An optional calibration (``simulator collect --quick``) measured on the target GPU rescales the
 GEMM (per dtype) and memory-bound predictions so that they match the measured sustained rates
@@ -24,15 +25,17 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, vector_features
+from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, vector_features
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
-#: FlashAttention matmul throughput relative to a cuBLAS GEMM of the same inner shape, and matmuls.
-FLASH_RATIO = {"flash_attn": 0.8, "flash_attn_bwd": 0.7}
-FLASH_MATMULS = {"flash_attn": 2, "flash_attn_bwd": 5}
+#: FlashAttention-2 utilisation relative to a large GEMM's (fwd, bwd) per architecture (see above).
+FLASH_RATIO = {"hopper": (0.5, 0.45), "blackwell": (0.5, 0.45)}
+FLASH_RATIO_DEFAULT = (0.8, 0.7)
+FLASH_ROWS_PER_CTA = 128
+LARGE_GEMM = (1, 8192, 8192, 8192)
 
 
 def weights_available(folder: Path = WEIGHTS_DIR) -> bool:
@@ -76,12 +79,6 @@ def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], 
     return members, meta
 
 
-def flash_equivalent_gemm(kernel: Kernel) -> Kernel:
-    """The GEMM whose throughput a flash-attention kernel's matmuls are compared with."""
-    batch, heads, sq, sk, d, _ = kernel.shape
-    return Kernel("gemm", kernel.dtype, (batch * heads, sq, d, sk), "nn")
-
-
 class MLPPredictor:
     """``latency_s(kernels, gpu)`` from the shipped (or given) weights; see the module docstring."""
 
@@ -116,12 +113,30 @@ class MLPPredictor:
                 out[idx], ideal[idx] = self._route_latency_s(route, [kernels[i] for i in idx], gpu)
         idx = [i for i, r in enumerate(routes) if r == "attention"]
         if idx:
-            att = [kernels[i] for i in idx]
-            gemm_s, gemm_ideal = self._route_latency_s("gemm", [flash_equivalent_gemm(k) for k in att], gpu)
-            scale = np.array([FLASH_MATMULS[k.op] / FLASH_RATIO[k.op] * (0.5 if k.shape[5] else 1.0) for k in att])
-            out[idx] = self.fixed_s["gemm"] + (gemm_s - self.fixed_s["gemm"]) * scale
-            ideal[idx] = gemm_ideal * scale * np.array([FLASH_RATIO[k.op] for k in att])
+            out[idx], ideal[idx] = self._attention_latency_s([kernels[i] for i in idx], gpu)
         return out, ideal, routes
+
+    def _attention_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+        """Flash attention: FLOPs at the large-GEMM utilisation of its dtype x the FlashAttention
+        ratio x last-wave fill, or the memory time if longer (module docstring)."""
+        out, ideal = np.empty(len(kernels)), np.empty(len(kernels))
+        fwd_ratio, bwd_ratio = FLASH_RATIO.get(gpu.architecture, FLASH_RATIO_DEFAULT)
+        for dtype in sorted({k.dtype for k in kernels}):
+            idx = [i for i, k in enumerate(kernels) if k.dtype == dtype]
+            big = Kernel("gemm", dtype, LARGE_GEMM, "nn")
+            big_s, big_ideal = self._route_latency_s("gemm", [big], gpu)
+            u_big = big_ideal[0] / (big_s[0] - self.fixed_s["gemm"])
+            peak = peak_flops(dtype, "attention", gpu)
+            for i in idx:
+                k = kernels[i]
+                batch, heads, sq, _, _, _ = k.shape
+                ctas = batch * heads * -(-sq // FLASH_ROWS_PER_CTA)
+                fill = ctas / (-(-ctas // gpu.sms) * gpu.sms)
+                u = u_big * (fwd_ratio if k.op == "flash_attn" else bwd_ratio) * fill
+                t_memory = k.bytes / gpu.memory_bandwidth_bytes_per_s
+                ideal[i] = max(k.flops / peak, t_memory)
+                out[i] = self.fixed_s["gemm"] + max(k.flops / (peak * u), t_memory)
+        return out, ideal
 
     def latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> np.ndarray:
         kernels = list(kernels)
