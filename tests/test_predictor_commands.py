@@ -85,3 +85,17 @@ def test_collect_pure_parts(tmp_path):
     path.write_text("gemm:\n  bf16: {flops_per_s: 1}\n")
     with pytest.raises(ConfigError):
         collect.read_calibration(path)
+
+
+def test_predict_kernels_reads_gzip_and_rejects_binary(tmp_path):
+    import gzip
+
+    src = tmp_path / "in.csv.gz"
+    with gzip.open(src, "wt") as fh:
+        fh.write("OPName,B,H\ngelu,8,1024\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(src), "--output", str(out), "--predictor", "roofline"]) == 0
+    assert float(next(csv.DictReader(out.open()))["predicted_ms"]) > 0
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"\x8b\x00\xff")
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(bad), "--output", str(out)]) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -83,17 +84,26 @@ def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
         raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
 
 
+def _open_text(path: str, mode: str):
+    """A CSV file for reading or writing; ``.gz`` paths are gzip-compressed (NeuSight ships .csv.gz)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, mode + "t", newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
+    return open(path, mode, newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
+
+
 def predict_kernels(args: argparse.Namespace) -> int:
     from . import get_predictor
 
     gpu = resolve_gpu_arg(args.gpu)
     source = args.input
     try:
-        with open(source, newline="", encoding="utf-8-sig") as fh:
+        with _open_text(source, "r") as fh:
             reader = csv.DictReader(fh)
             rows, columns = list(reader), list(reader.fieldnames or [])
     except OSError as exc:
-        raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror}") from None
+        raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError("command line", "--input", source, f"not a CSV file ({exc.__class__.__name__})") from None
     if "OPName" not in columns:
         raise ConfigError(source, "OPName", None, "required column is missing")
     kernels = [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
@@ -104,7 +114,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
     seconds = predictor.latency_s(kernels, gpu)
     out_columns = columns + ([] if "predicted_ms" in columns else ["predicted_ms"])
     try:
-        with open(args.output, "w", newline="") as fh:
+        with _open_text(args.output, "w") as fh:
             writer = csv.DictWriter(fh, fieldnames=out_columns, extrasaction="ignore")
             writer.writeheader()
             for row, t in zip(rows, seconds):
