@@ -69,7 +69,9 @@ def cluster_from_mapping(raw: dict[str, Any], source: str, default_name: str = "
         if nodes < 1:
             raise ConfigError("command line", "--nodes", nodes, "must be at least 1")
         if isinstance(available, int) and nodes > available:
-            raise ConfigError("command line", "--nodes", nodes, f"the cluster '{data['name']}' has only {available} nodes")
+            plural = "s" if available > 1 else ""
+            raise ConfigError("command line", "--nodes", nodes,
+                              f"the cluster '{data['name']}' has only {available} node{plural}")
         data["nodes"] = nodes
     cluster = parse_spec(ClusterSpec, data, source)
     try:
