@@ -89,6 +89,26 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log):
     return table, tiles
 
 
+CACHE = Path(tempfile.gettempdir()) / "simulator-kernel-accuracy"
+SETTINGS = ("quick", "epochs", "members", "neusight_epochs", "neusight_width", "neusight_rows")
+
+
+def cached_fold(group, rows, gpus, d, groups, args):
+    """``evaluate_fold``, or its saved result from an earlier run with the same settings (``--resume``):
+    a full run takes about an hour and a half on two cores."""
+    key = "-".join(str(getattr(args, k)) for k in SETTINGS)
+    path = CACHE / f"{group}-{key}.json"
+    if args.resume and path.is_file():
+        saved = json.loads(path.read_text())
+        table = {m: {tuple(k.split("|")): tuple(v) for k, v in t.items()} for m, t in saved["table"].items()}
+        return table, {k: {g: tuple(v) for g, v in t.items()} for k, t in saved["tiles"].items()}
+    table, tiles = evaluate_fold(group, rows, gpus, d, groups, args, lambda s: print(s, flush=True))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"table": {m: {"|".join(k): v for k, v in t.items()} for m, t in table.items()},
+                                "tiles": tiles}))
+    return table, tiles
+
+
 def inference_speed(weights: Path | None, n: int = 100_000) -> float:
     from simulator.hardware import load_gpu
 
@@ -163,6 +183,7 @@ def main(argv=None) -> int:
     p.add_argument("--neusight-epochs", type=int)
     p.add_argument("--neusight-width", type=int)
     p.add_argument("--neusight-rows", type=int)
+    p.add_argument("--resume", action="store_true", help="reuse folds finished by an earlier run with the same settings")
     args = p.parse_args(argv)
     defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
         else dict(epochs=tr.SHIPPED.epochs, members=tr.ENSEMBLE, neusight_epochs=20, neusight_width=512,
@@ -176,7 +197,7 @@ def main(argv=None) -> int:
     d = tr.design(rows, gpus)
     groups = [tr.holdout_group(gpus[m.gpu]) for m in rows]
     folds = args.folds.split(",") if args.folds else sorted(set(groups))
-    results = {g: evaluate_fold(g, rows, gpus, d, groups, args, lambda s: print(s, flush=True)) for g in folds}
+    results = {g: cached_fold(g, rows, gpus, d, groups, args) for g in folds}
     lines = summarise(results)
     tiles = {k: {g: v for _, (_, t) in results.items() for g, v in t[k].items()} for k in ("ours", "neusight")}
     speed = inference_speed(None)

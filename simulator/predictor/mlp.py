@@ -58,7 +58,8 @@ class Network:
         for i, (w, b) in enumerate(self.layers):
             h = h @ w + b
             if i < len(self.layers) - 1:
-                h = h / (1.0 + np.exp(-h))  # SiLU
+                with np.errstate(over="ignore"):  # exp(-h) -> inf for very negative h: SiLU -> -0
+                    h = h / (1.0 + np.exp(-h))
         return h[:, 0].astype(np.float64)
 
 

@@ -193,7 +193,7 @@ class NeuSightBaseline:
         order = rng.permutation(len(y))
         n_val = max(1, len(y) // 5)
         val, train = order[:n_val], order[n_val:]
-        best, best_state = np.inf, None
+        best, best_state = np.inf, {k: v.clone() for k, v in net.state_dict().items()}
         for _ in range(self.epochs):
             for lo in range(0, len(train), batch):
                 b = train[lo:lo + batch]
@@ -206,7 +206,7 @@ class NeuSightBaseline:
             with torch.no_grad():
                 p = self._latency(torch, net(t["X"][val].float()), t["W"][val], t["F"][val], t["R"][val], t["sms"][val], 0.0)
                 mape = float((torch.abs(p.clamp(min=0) - y[val]) / y[val]).mean())
-            if mape < best:
+            if np.isfinite(mape) and mape < best:  # a diverged epoch (NaN) is never the checkpoint
                 best, best_state = mape, {k: v.clone() for k, v in net.state_dict().items()}
         net.load_state_dict(best_state)
         return net
