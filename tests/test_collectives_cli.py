@@ -54,7 +54,7 @@ def test_forced_algorithm_and_send_recv_across_nodes(capsys):
     (["--sizes", "8G:1K"], "below its start"),
     (["--gpus", "0"], "--gpus = 0"),
     (["--gpus", "12", "--nodes", "1"], "cannot spread evenly"),
-    (["--gpus", "16", "--nodes", "2"], "has only 1 nodes"),
+    (["--gpus", "16", "--nodes", "2"], "has only 1 node"),
     (["--algo", "nvls"], "not available"),
     (["--model", "packet"], "--model = 'packet'"),
 ])
