@@ -57,56 +57,66 @@ def neusight_tile_match(model: NeuSightBaseline, rows, gpus) -> dict[str, tuple[
     return {g: (100.0 * float(np.mean(v)), len(v)) for g, v in sorted(hits.items())}
 
 
-def evaluate_fold(group, rows, gpus, d, groups, args, log):
-    train = np.array([g != group and m.split == "train" for g, m in zip(groups, rows)])
-    test_rows = [m for g, m in zip(groups, rows) if g == group]
-    config = replace(tr.SHIPPED, epochs=args.epochs)
-    t0 = time.time()
-    models = tr.fit_ensemble(d.subset(train), config, args.members)
-    with tempfile.TemporaryDirectory() as tmp:
-        tr.export(models, d.subset(train), Path(tmp), {"fold": group})
-        mlp = MLPPredictor(Path(tmp))
-        overhead = mlp.meta["timing_overhead_s"]
-        preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, overhead)}
-        cal_preds = np.zeros(len(test_rows))
-        for gpu in sorted({m.gpu for m in test_rows}):
-            own = [m for m in test_rows if m.gpu == gpu]
-            cal = MLPPredictor(Path(tmp), calibration=ev.emulated_calibration(own, overhead))
-            idx = [i for i, m in enumerate(test_rows) if m.gpu == gpu]
-            cal_preds[idx] = ev.predict_measurements(cal.latency_s, own, gpus, overhead)
-        preds["mlp+cal"] = cal_preds
-    preds["roofline"] = ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, overhead)
-    t1 = time.time()
-    train_rows = [m for m, t in zip(rows, train) if t]
-    neusight = NeuSightBaseline(epochs=args.neusight_epochs, max_rows=args.neusight_rows,
-                                width=args.neusight_width).fit(train_rows, gpus)
-    preds["neusight"] = neusight.predict(test_rows, gpus)
-    log(f"{group}: mlp {t1 - t0:.0f} s, neusight {time.time() - t1:.0f} s")
-    evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes
-    sub = [test_rows[i] for i in evaluated]
-    table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
-    tiles = {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tile_match(neusight, test_rows, gpus)}
-    return table, tiles
-
-
 CACHE = Path(tempfile.gettempdir()) / "simulator-kernel-accuracy"
 SETTINGS = ("quick", "epochs", "members", "neusight_epochs", "neusight_width", "neusight_rows")
 
 
-def cached_fold(group, rows, gpus, d, groups, args):
-    """``evaluate_fold``, or its saved result from an earlier run with the same settings (``--resume``):
-    a full run takes about an hour and a half on two cores."""
-    key = "-".join(str(getattr(args, k)) for k in SETTINGS)
-    path = CACHE / f"{group}-{key}.json"
+def cache_path(group: str, args, what: str) -> Path:
+    """Where a fold's trained MLP (``mlp``, a weights folder) or NeuSight result (``neusight.json``)
+    is kept for ``--resume``: a full run takes about an hour and a half on two cores."""
+    return CACHE / f"{group}-{'-'.join(str(getattr(args, k)) for k in SETTINGS)}-{what}"
+
+
+def fold_weights(group, d, train, args, log) -> Path:
+    """The fold's MLP ensemble, trained on the other GPUs and exported like the shipped weights."""
+    path = cache_path(group, args, "mlp")
+    if not (args.resume and (path / "kernel_mlp.npz").is_file()):
+        start = time.time()
+        models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs), args.members)
+        tr.export(models, d.subset(train), path, {"fold": group})
+        log(f"{group}: mlp trained in {time.time() - start:.0f} s")
+    return path
+
+
+def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
+    """(MAPE table, tile-match rates) of the NeuSight baseline trained on the fold's training GPUs."""
+    path = cache_path(group, args, "neusight.json")
     if args.resume and path.is_file():
         saved = json.loads(path.read_text())
-        table = {m: {tuple(k.split("|")): tuple(v) for k, v in t.items()} for m, t in saved["table"].items()}
-        return table, {k: {g: tuple(v) for g, v in t.items()} for k, t in saved["tiles"].items()}
-    table, tiles = evaluate_fold(group, rows, gpus, d, groups, args, lambda s: print(s, flush=True))
+        return ({tuple(k.split("|")): tuple(v) for k, v in saved["table"].items()},
+                {g: tuple(v) for g, v in saved["tiles"].items()})
+    start = time.time()
+    neusight = NeuSightBaseline(epochs=args.neusight_epochs, max_rows=args.neusight_rows,
+                                width=args.neusight_width).fit([m for m, t in zip(rows, train) if t], gpus)
+    pred = neusight.predict(test_rows, gpus)
+    table = ev.mape_by_group([test_rows[i] for i in evaluated], pred[evaluated])
+    tiles = neusight_tile_match(neusight, test_rows, gpus)
+    log(f"{group}: neusight trained in {time.time() - start:.0f} s")
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"table": {m: {"|".join(k): v for k, v in t.items()} for m, t in table.items()},
-                                "tiles": tiles}))
+    path.write_text(json.dumps({"table": {"|".join(k): v for k, v in table.items()}, "tiles": tiles}))
     return table, tiles
+
+
+def evaluate_fold(group, rows, gpus, d, groups, args, log):
+    """MAPE tables of every method and tile-match rates for one held-out GPU group."""
+    train = np.array([g != group and m.split == "train" for g, m in zip(groups, rows)])
+    test_rows = [m for g, m in zip(groups, rows) if g == group]
+    evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes
+    weights = fold_weights(group, d, train, args, log)
+    mlp = MLPPredictor(weights)
+    overhead = mlp.meta["timing_overhead_s"]
+    preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, overhead),
+             "mlp+cal": np.zeros(len(test_rows)),
+             "roofline": ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, overhead)}
+    for gpu in sorted({m.gpu for m in test_rows}):
+        idx = [i for i, m in enumerate(test_rows) if m.gpu == gpu]
+        own = [test_rows[i] for i in idx]
+        cal = MLPPredictor(weights, calibration=ev.emulated_calibration(own, overhead))
+        preds["mlp+cal"][idx] = ev.predict_measurements(cal.latency_s, own, gpus, overhead)
+    sub = [test_rows[i] for i in evaluated]
+    table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
+    table["neusight"], neusight_tiles = fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log)
+    return table, {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tiles}
 
 
 def inference_speed(weights: Path | None, n: int = 100_000) -> float:
@@ -197,7 +207,7 @@ def main(argv=None) -> int:
     d = tr.design(rows, gpus)
     groups = [tr.holdout_group(gpus[m.gpu]) for m in rows]
     folds = args.folds.split(",") if args.folds else sorted(set(groups))
-    results = {g: cached_fold(g, rows, gpus, d, groups, args) for g in folds}
+    results = {g: evaluate_fold(g, rows, gpus, d, groups, args, lambda s: print(s, flush=True)) for g in folds}
     lines = summarise(results)
     tiles = {k: {g: v for _, (_, t) in results.items() for g, v in t[k].items()} for k in ("ours", "neusight")}
     speed = inference_speed(None)

@@ -43,11 +43,19 @@ def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], 
     return out
 
 
+def _calibration_like(shape: tuple[int, ...]) -> bool:
+    """A single GEMM shaped like ``collect --quick``'s: every dimension >= 512 and a multiple of 64,
+    no dimension more than 16x another (not, say, an LM head over a 30,522-word vocabulary)."""
+    b, m, n, k = shape
+    dims = (m, n, k)
+    return b == 1 and min(dims) >= 512 and all(x % 64 == 0 for x in dims) and max(dims) <= 16 * min(dims)
+
+
 def emulated_calibration(rows: Sequence[Measurement], overhead_s: dict[str, float], per_dtype: int = 3) -> dict:
     """What ``collect --quick`` would report, read off a GPU's own measurements: per GEMM dtype the
     achieved FLOP/s of the ``per_dtype`` single-kernel GEMMs closest in FLOPs to the calibration
-    shapes (~1 TFLOP), and the bandwidth of its largest binary elementwise kernel (measured time
-    minus the source's timing overhead)."""
+    shapes (~1 TFLOP) among those shaped like them (see ``_calibration_like``), and the bandwidth
+    of its largest binary elementwise kernel (measured time minus the source's timing overhead)."""
     target = np.log(2.0 * 8192**3)
     gemms: dict[str, list[Measurement]] = defaultdict(list)
     copy: Optional[Measurement] = None
@@ -55,7 +63,7 @@ def emulated_calibration(rows: Sequence[Measurement], overhead_s: dict[str, floa
         if len(m.kernels) != 1:
             continue
         k = m.kernels[0]
-        if k.family == "gemm" and min(k.shape[1:]) >= 512:
+        if k.family == "gemm" and _calibration_like(k.shape):
             gemms[k.dtype].append(m)
         if k.op in ("add", "mul") and (copy is None or k.bytes > copy.kernels[0].bytes):
             copy = m
