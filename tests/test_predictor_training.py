@@ -51,10 +51,12 @@ def test_fit_export_and_load(tmp_path):
     numpy_s = mlp.latency_s(kernels, gpus[rows[0].gpu])
     assert (numpy_s > 0).all() and np.isfinite(numpy_s).all()
     sub = tr.design([m for m in rows[:10] if m.gpu == rows[0].gpu], gpus)  # torch vs numpy, kernel by kernel
+    unit = torch.tensor(d.units.index(f"{rows[0].source}:{rows[0].gpu}"))  # a measured GPU keeps its offsets
     for route, (x, ideal, _) in sub.routes.items():
         with torch.no_grad():
             per_member = [np.log(m.kernel_latency_s(route, torch.tensor(x, dtype=torch.float32),
-                                                    torch.tensor(ideal, dtype=torch.float32)).numpy()) for m in models]
+                                                    torch.tensor(ideal, dtype=torch.float32),
+                                                    unit.expand(len(x))).numpy()) for m in models]
         ks = [k for m in rows[:10] if m.gpu == rows[0].gpu for k in m.kernels if tr.route_of(k) == route]
         np.testing.assert_allclose(mlp.latency_s(ks, gpus[rows[0].gpu]), np.exp(np.mean(per_member, axis=0)), rtol=1e-4)
     assert mlp.meta["members"] == 2 and "syn:op" in mlp.meta["timing_overhead_s"]

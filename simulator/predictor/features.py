@@ -76,6 +76,31 @@ def _log2(x) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-30))
 
 
+# Physical saturation points: beyond them a feature no longer changes a kernel's utilisation, so it
+# is capped there instead of letting the network extrapolate from whichever training GPU happened to
+# reach that corner (held-out V100 and P4 GEMMs of 1 s were predicted 3-5x too slow without caps).
+MAX_LOG2_IDEAL_US = 8.0      # launch and ramp-up matter below ~256 us of ideal time
+MAX_LOG2_WAVES = 4.0         # past 16 waves the tail wave costs < 6 %
+MAX_LOG2_K_PER_CTA = 12.0    # past 4096 the prologue/epilogue of a CTA is amortised
+MAX_LOG2_BALANCE = 4.0       # 16x past the ridge point a kernel is fully compute- or memory-bound
+#: Kernels longer than this may slow down as a (passively cooled) card heats up; see ``model``.
+THROTTLE_ONSET_S = 1e-3
+
+
+def throttle_length(ideal_s: np.ndarray) -> np.ndarray:
+    """How far past the throttling onset a kernel runs (log2 units, 0 below it)."""
+    return np.maximum(_log2(ideal_s / THROTTLE_ONSET_S), 0.0)
+
+
+def _size(t_ideal_s: np.ndarray) -> np.ndarray:
+    return np.minimum(_log2(t_ideal_s / 1e-6), MAX_LOG2_IDEAL_US)
+
+
+def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
+    ratio = _log2(np.maximum(t_compute_s, 1e-15) / np.maximum(t_memory_s, 1e-15))
+    return np.clip(ratio, -MAX_LOG2_BALANCE, MAX_LOG2_BALANCE)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES)], ideal time s [N]) for GEMM kernels of one dtype or several."""
     n = len(kernels)
@@ -103,10 +128,10 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
                          t_memory + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0))
     padded = np.ceil(m / tm) * tm * np.ceil(nn / tn) * tn
     layout = [np.array([k_.layout == x for k_ in kernels], dtype=float) for x in LAYOUTS]
-    cols = [_log2(t_ideal / 1e-6), _log2(np.maximum(t_compute, 1e-15) / np.maximum(t_memory, 1e-15)),
-            _log2(t_tiled / t_ideal), _log2(waves), blocks / (waves * gpu.sms * resident),
+    cols = [_size(t_ideal), _balance(t_compute, t_memory),
+            _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
-            _log2(k_slice), tensor.astype(float), _log2(elem)] + layout
+            np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem)] + layout
     return np.column_stack(cols), t_ideal
 
 
@@ -133,12 +158,12 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     waves, fill = vector_waves(blocks, gpu)
     t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-9)
     kind_cols = [np.array([kd == x for kd in kinds], dtype=float) for x in VECTOR_KINDS]
-    cols = [_log2(t_ideal / 1e-6), _log2(np.maximum(t_compute, 1e-12) / np.maximum(t_memory, 1e-12)), _log2(waves),
+    cols = [_size(t_ideal), _balance(t_compute, t_memory), np.minimum(_log2(waves), MAX_LOG2_WAVES),
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem),
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
             np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float)] + kind_cols
     return np.column_stack(cols), t_ideal
 
 
-__all__ = ["GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",
+__all__ = ["THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",
            "threads_per_sm"]

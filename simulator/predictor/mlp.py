@@ -11,6 +11,9 @@ up to 73 % / 63 % of A100 peak where cuBLAS reaches ~85-90 %) and 0.5 / 0.45 on 
 Blackwell, where FlashAttention-2 uses no wgmma/TMA (Shah et al. 2024, FlashAttention-3: "only
 35 % utilisation on H100") -- times the fill of its last wave of 128-query-row CTAs.
 
+A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
+other GPU is predicted as the typical GPU from its specs alone.
+
 An optional calibration (``simulator collect --quick``) measured on the target GPU rescales the
 GEMM (per dtype) and memory-bound predictions so that they match the measured sustained rates
 at the calibration shapes.
@@ -25,7 +28,7 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, vector_features
+from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, throttle_length, vector_features
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
@@ -90,6 +93,8 @@ class MLPPredictor:
         self.member_fixed_s = [{r: float(f[r]) for r in FEATURES} for f in self.meta["fixed_s"]]
         #: Fixed time of the ensemble (geometric mean of the members'), the floor of every prediction.
         self.fixed_s = {r: float(np.exp(np.mean([np.log(f[r]) for f in self.member_fixed_s]))) for r in FEATURES}
+        #: Per member {GPU: {route: (offset, slope)}} for GPUs in the training data (``model``).
+        self.gpu_offsets = self.meta.get("gpu_offsets") or [{} for _ in self.members]
         self.calibration = calibration
         self._factors: dict[str, dict[str, float]] = {}
 
@@ -98,8 +103,12 @@ class MLPPredictor:
         ensemble members of ``fixed + ideal / sigmoid(logit)``."""
         x, ideal = FEATURE_FNS[route](kernels, gpu)
         logs = []
-        for nets, fixed in zip(self.members, self.member_fixed_s):
-            logit = np.clip(nets[route].logit(x), -30.0, 30.0)
+        for nets, fixed, offsets in zip(self.members, self.member_fixed_s, self.gpu_offsets):
+            logit = nets[route].logit(x)
+            if gpu.name in offsets:  # a measured GPU keeps what was particular to it
+                offset, slope = offsets[gpu.name][route]
+                logit = logit + offset + slope * throttle_length(ideal)
+            logit = np.clip(logit, -30.0, 30.0)
             logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit))))
         return np.exp(np.mean(logs, axis=0)), ideal
 

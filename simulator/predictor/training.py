@@ -58,6 +58,8 @@ class Design:
     routes: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     labels: list[str]
     hosts: list[str]
+    unit_idx: np.ndarray
+    units: list[str]
 
     def __len__(self) -> int:
         return len(self.y_s)
@@ -71,7 +73,7 @@ class Design:
             sel = mask[row]
             routes[r] = (x[sel], ideal[sel], new_index[row[sel]])
         return replace(self, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
-                       host_idx=self.host_idx[keep], timed_on_host=self.timed_on_host[keep], routes=routes)
+                       host_idx=self.host_idx[keep], unit_idx=self.unit_idx[keep], timed_on_host=self.timed_on_host[keep], routes=routes)
 
 
 def group_weights(rows: Sequence[Measurement]) -> np.ndarray:
@@ -86,7 +88,9 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
     caller: no network predicts them)."""
     labels = sorted({f"{m.source}:{m.label}" for m in rows if m.timing in HOST_TIMINGS})
     hosts = sorted({f"{m.source}:{m.gpu}" for m in rows if m.timing in HOST_TIMINGS})
+    units = sorted({f"{m.source}:{m.gpu}" for m in rows})
     label_pos, host_pos = {x: i for i, x in enumerate(labels)}, {x: i for i, x in enumerate(hosts)}
+    unit_pos = {x: i for i, x in enumerate(units)}
     pending: dict[tuple[str, str], list[tuple[int, Kernel]]] = {}
     for i, m in enumerate(rows):
         for k in m.kernels:
@@ -105,7 +109,8 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
         y_s=np.array([m.latency_s for m in rows]), weight=group_weights(rows),
         label_idx=np.array([label_pos.get(f"{m.source}:{m.label}", 0) for m in rows]),
         host_idx=np.array([host_pos.get(f"{m.source}:{m.gpu}", 0) for m in rows]),
-        timed_on_host=timed, routes=routes, labels=labels, hosts=hosts)
+        timed_on_host=timed, routes=routes, labels=labels, hosts=hosts,
+        unit_idx=np.array([unit_pos[f"{m.source}:{m.gpu}"] for m in rows], dtype=np.int64), units=units)
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,7 @@ class FitConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-5
     host_factor_l2: float = 1e-2
+    unit_offset_l2: float = 1e-2
     hidden: tuple[int, ...] = (64, 64, 64)
     seed: int = 0
     threads: int = 2
@@ -156,12 +162,12 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)
     specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
-    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden)
+    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units))
     tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
                for r, (x, ideal, row) in d.routes.items()}
     y = torch.tensor(d.y_s, dtype=torch.float32)
     w = torch.tensor(d.weight, dtype=torch.float32)
-    li, hi = torch.tensor(d.label_idx), torch.tensor(d.host_idx)
+    li, hi, ui = torch.tensor(d.label_idx), torch.tensor(d.host_idx), torch.tensor(d.unit_idx)
     timed = torch.tensor(d.timed_on_host)
     steps = config.epochs * max(1, int(np.ceil(len(d) / config.batch_rows)))
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -177,10 +183,12 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
             for r, (x, ideal, _) in tensors.items():
                 kernels, local = _gather(index[r], batch)
                 if len(kernels):
-                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels])
-                    pred = pred.index_add(0, torch.as_tensor(local), t)
+                    local = torch.as_tensor(local)
+                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels], ui[batch][local])
+                    pred = pred.index_add(0, local, t)
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
-            loss = (w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
+            loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
+                    + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope ** 2).mean()))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -214,11 +222,12 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
     names, fixed times, timing overheads of the sources, and ``metadata``)."""
     import torch
 
-    from .model import export_net
+    from .model import export_net, unit_offsets
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    arrays, fixed, overheads = {}, [], []
+    arrays, fixed, overheads, gpu_offsets = {}, [], [], []
     for j, model in enumerate(models):
+        gpu_offsets.append(_gpu_offsets(unit_offsets(model), d.units))
         for r, net in model.nets.items():
             for key, value in export_net(net).items():
                 arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
@@ -230,18 +239,22 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
     overhead = np.mean(overheads, axis=0) if d.labels else []
     meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), features={r: list(f) for r, f in ROUTES.items()},
-                fixed_s=fixed, timing_overhead_s={lab: round(float(v), 9) for lab, v in zip(d.labels, overhead)})
+                fixed_s=fixed, gpu_offsets=gpu_offsets, timing_overhead_s={lab: round(float(v), 9) for lab, v in zip(d.labels, overhead)})
     (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def _gpu_offsets(per_unit: dict[str, list], units: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """{GPU: {route: [offset, slope]}}: a GPU's (source, GPU) units averaged (most GPUs have one source)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for gpu in sorted({u.split(":", 1)[1] for u in units}):
+        idx = [i for i, u in enumerate(units) if u.split(":", 1)[1] == gpu]
+        out[gpu] = {r: [round(float(np.mean([v[i][c] for i in idx])), 5) for c in (0, 1)] for r, v in per_unit.items()}
+    return out
 
 
 def trainable(rows: Sequence[Measurement]) -> list[Measurement]:
     """Measurements a network can learn from (fused attention has no network: see ``mlp``)."""
     return [m for m in rows if all(route_of(k) != "attention" for k in m.kernels)]
-
-
-def ensemble_predict_rows(models: Sequence, d: Design, with_overhead: bool = True) -> np.ndarray:
-    """Geometric mean of the members' predictions (what ``mlp.py`` computes per kernel)."""
-    return np.exp(np.mean([np.log(predict_rows(m, d, with_overhead)) for m in models], axis=0))
 
 
 def error_table(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[str, dict[str, float]]:
@@ -281,8 +294,15 @@ def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None,
     val_rows = [m for m, v in zip(rows, val) if v]
     meta = {"data_hash": data_hash(rows), "seed": seed, "config": {k: v for k, v in config.__dict__.items()},
             "torch": torch.__version__, "rows": {s: sum(m.source == s for m in rows) for s in sorted({m.source for m in rows})},
-            "gpus": sorted(gpus), "validation_fraction": VALIDATION_FRACTION,
-            "validation_mape": error_table(val_rows, ensemble_predict_rows(models, d.subset(val)))}
+            "gpus": sorted(gpus), "validation_fraction": VALIDATION_FRACTION}
+    export(models, d.subset(~val), out_dir, meta)
+    # Validation through the shipped inference path (numpy, with the GPUs' own offsets).
+    from .evaluation import predict_measurements
+    from .mlp import MLPPredictor
+
+    shipped = MLPPredictor(out_dir)
+    meta["validation_mape"] = error_table(val_rows, predict_measurements(
+        shipped.latency_s, val_rows, gpus, shipped.meta["timing_overhead_s"]))
     export(models, d.subset(~val), out_dir, meta)
     if log:
         log(f"wrote {out_dir / 'kernel_mlp.npz'} and kernel_mlp.json")
