@@ -108,8 +108,11 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log):
     preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, overhead),
              "mlp+cal": np.zeros(len(test_rows)),
              "roofline": ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, overhead)}
-    for gpu in sorted({m.gpu for m in test_rows}):
-        idx = [i for i, m in enumerate(test_rows) if m.gpu == gpu]
+    # Calibrated per GPU *and evaluation set*: collect --quick runs on the machine, at the time, of
+    # the kernels it corrects (NeuSight's P4 reaches 0.19 of peak on large GEMMs in its training
+    # split but 0.70 in its test split: one session's throttling must not calibrate another's).
+    for gpu, dataset in sorted({(m.gpu, ev.dataset_of(m)) for m in test_rows}):
+        idx = [i for i, m in enumerate(test_rows) if (m.gpu, ev.dataset_of(m)) == (gpu, dataset)]
         own = [test_rows[i] for i in idx]
         cal = MLPPredictor(weights, calibration=ev.emulated_calibration(own, overhead))
         preds["mlp+cal"][idx] = ev.predict_measurements(cal.latency_s, own, gpus, overhead)

@@ -44,6 +44,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bf16", help="fp32 | tf32 | bf16 | fp16 (default bf16 mixed precision)")
     p.add_argument("--attention", default="auto", help="auto | flash | unfused (default: flash for bf16/fp16)")
     p.add_argument("--predictor", default=None, help="kernel predictor: mlp | roofline (default: mlp if shipped)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="calibration from `simulator collect --quick` on the target GPU (mlp predictor)")
     p.add_argument("--full", action="store_true", help="simulate every rank instead of one per stage")
     p.add_argument("--json", metavar="FILE|-", help="write the result as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto)")
@@ -62,8 +64,16 @@ def _simulate(args: argparse.Namespace) -> int:
     plan = load_plan(dict(dp=args.dp, tp=args.tp, pp=args.pp, micro_batch_size=args.micro_batch,
                           global_batch_size=global_batch, schedule=args.schedule, dtype=args.dtype,
                           attention=args.attention))
-    result = api.simulate(cluster, workload, plan, predictor=args.predictor or api.default_predictor(),
-                          collapse=not args.full, keep_trace=bool(args.trace))
+    predictor = args.predictor or api.default_predictor()
+    if args.calibration:
+        from .predictor import get_predictor
+
+        if predictor != "mlp":
+            raise ConfigError("command line", "--calibration", args.calibration,
+                              f"only the mlp predictor takes a calibration (got --predictor {predictor})")
+        predictor = get_predictor("mlp", calibration=args.calibration)
+    result = api.simulate(cluster, workload, plan, predictor=predictor, collapse=not args.full,
+                          keep_trace=bool(args.trace))
     if args.json != "-":
         print(format_summary(result))
     if args.json:

@@ -65,3 +65,28 @@ def test_python_dash_m_entry_point():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["step_time_s"] > 0
+
+
+def _step_s(args, capsys) -> float:
+    assert main(args + ["--json", "-"]) == 0
+    return json.loads(capsys.readouterr().out)["step_time_s"]
+
+
+def test_calibration_slows_a_gpu_that_sustains_less(tmp_path, capsys):
+    """A calibration measuring half the tf32 GEMM rate the MLP predicts makes the step slower; the
+    roofline predictor refuses a calibration with a one-line error."""
+    from simulator.hardware import load_gpu
+    from simulator.predictor import Kernel, get_predictor
+
+    pytest.importorskip("simulator.predictor.mlp")
+    shape = (1, 4096, 4096, 4096)
+    gpu = load_gpu("A100-SXM4-40GB")
+    predicted_s = get_predictor("mlp").latency_s([Kernel("gemm", "tf32", shape, "nn")], gpu)[0]
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(f"gemm:\n  tf32:\n    shape: {list(shape)}\n    flops_per_s: {2 * 4096**3 / predicted_s / 2}\n")
+    base = ["simulate", "--cluster", "hgx-a100-4gpu-40gb", "--workload", "gpt2-large", "--dp", "4", "--dtype", "tf32"]
+    plain, calibrated = _step_s(base + ["--predictor", "mlp"], capsys), _step_s(base + ["--calibration", str(cal)], capsys)
+    assert calibrated > 1.2 * plain
+    assert main(base + ["--predictor", "roofline", "--calibration", str(cal)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--calibration" in err and "\n" not in err
