@@ -55,6 +55,7 @@ def test_forced_algorithm_and_send_recv_across_nodes(capsys):
     (["--gpus", "0"], "--gpus = 0"),
     (["--gpus", "12", "--nodes", "1"], "cannot spread evenly"),
     (["--gpus", "16", "--nodes", "2"], "has only 1 node"),
+    (["--gpus", "16"], "--gpus = 16: needs 2 nodes of 8 GPUs; dgx-a100 has 1"),
     (["--algo", "nvls"], "not available"),
     (["--model", "packet"], "--model = 'packet'"),
 ])

@@ -85,6 +85,9 @@ def _load(args: argparse.Namespace):
         if nodes > 1 and cluster.inter_node is None:
             raise ConfigError("command line", "--gpus", args.gpus,
                               f"{cluster.name} has {cluster.gpus_per_node} GPUs per node and no inter_node network")
+        if args.nodes is None and nodes > cluster.nodes:
+            raise ConfigError("command line", "--gpus", args.gpus,
+                              f"needs {nodes} nodes of {cluster.gpus_per_node} GPUs; {cluster.name} has {cluster.nodes}")
         cluster = load_cluster(args.cluster, nodes)
     group = group_for(cluster, args.gpus, args.nodes)
     if args.op == "send_recv":
