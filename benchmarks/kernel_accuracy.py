@@ -72,7 +72,8 @@ def fold_weights(group, d, train, args, log) -> Path:
     path = cache_path(group, args, "mlp")
     if not (args.resume and (path / "kernel_mlp.npz").is_file()):
         start = time.time()
-        models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs), args.members)
+        models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs, threads=args.threads),
+                                 args.members)
         tr.export(models, d.subset(train), path, {"fold": group})
         log(f"{group}: mlp trained in {time.time() - start:.0f} s")
     return path
@@ -196,6 +197,8 @@ def main(argv=None) -> int:
     p.add_argument("--neusight-epochs", type=int)
     p.add_argument("--neusight-width", type=int)
     p.add_argument("--neusight-rows", type=int)
+    p.add_argument("--threads", type=int, default=tr.SHIPPED.threads,
+                   help="torch threads per process (1 when running several processes with --folds side by side)")
     p.add_argument("--resume", action="store_true", help="reuse folds finished by an earlier run with the same settings")
     args = p.parse_args(argv)
     defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
