@@ -13,6 +13,13 @@ Evaluation sets of the held-out GPU: NeuSight's transformer-shaped test kernels 
 
 Usage: python benchmarks/kernel_accuracy.py [--data DIR] [--quick] [--folds ampere-108sm,...]
 Writes benchmarks/results/kernel_accuracy.{md,json} (``--quick``: kernel_accuracy_quick.*).
+
+On 2 cores, run the folds as two single-threaded processes (two 2-thread processes oversubscribe the
+cores and run about 5x slower), then assemble the table from their caches:
+
+    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds ampere-108sm,ampere-82sm,pascal-20sm,turing-68sm,volta-80sm &
+    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds ampere-84sm,pascal-56sm,turing-40sm,turing-72sm &
+    wait; python benchmarks/kernel_accuracy.py --resume
 """
 from __future__ import annotations
 
@@ -157,7 +164,10 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
     out = ["# Kernel latency accuracy, leave one GPU out", "",
            f"Command: `python benchmarks/kernel_accuracy.py{' --quick' if args.quick else ''}` "
            f"(epochs {args.epochs}, ensemble {args.members}, NeuSight epochs {args.neusight_epochs}, "
-           f"width {args.neusight_width}, max rows {args.neusight_rows}); {elapsed_s / 60:.0f} min on this machine.", "",
+           f"width {args.neusight_width}, max rows {args.neusight_rows}); "
+           + ("folds trained by earlier runs and reused with `--resume` (a full run: about 1.5 h on 2 cores "
+              "as two `--threads 1 --folds ...` processes)." if args.resume else
+              f"{elapsed_s / 60:.0f} min on this machine."), "",
            "MAPE (%) of the held-out GPU's measurements; `mlp` = specs only, `mlp+cal` = with an emulated "
            "`collect --quick` calibration. Target: GEMM/BMM/linear <= 10 %, elementwise/softmax/norm <= 12 %, "
            "and better than roofline and NeuSight. `memory` rows (Vidur's embedding) have no target.", "",
