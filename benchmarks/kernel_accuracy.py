@@ -93,6 +93,9 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
         saved = json.loads(path.read_text())
         return ({tuple(k.split("|")): tuple(v) for k, v in saved["table"].items()},
                 {g: tuple(v) for g, v in saved["tiles"].items()})
+    import torch
+
+    torch.set_num_threads(args.threads)
     start = time.time()
     neusight = NeuSightBaseline(epochs=args.neusight_epochs, max_rows=args.neusight_rows,
                                 width=args.neusight_width).fit([m for m, t in zip(rows, train) if t], gpus)
