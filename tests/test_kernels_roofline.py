@@ -29,6 +29,14 @@ def test_causal_flash_halves_flops_and_backward_is_2_5x():
     assert causal.flops == full.flops / 2 and bwd.flops == 2.5 * full.flops
 
 
+def test_causal_softmax_reads_only_the_unmasked_half():
+    full, causal = Kernel("softmax", "fp16", (4096, 2048)), Kernel("softmax_causal", "fp16", (4096, 2048))
+    assert causal.bytes / full.bytes == pytest.approx(0.75, rel=1e-3)  # read half + write all, of read + write
+    bwd = Kernel("softmax_causal_bwd", "fp16", (4096, 2048))
+    assert bwd.bytes / Kernel("softmax_bwd", "fp16", (4096, 2048)).bytes == pytest.approx(2 / 3, rel=1e-3)
+    assert causal.flops / full.flops == pytest.approx(0.5, rel=1e-3)
+
+
 def test_unknown_op_rejected():
     with pytest.raises(ValueError):
         Kernel("nope", "fp32", (1,))

@@ -58,6 +58,8 @@ def test_aceso_decomposition():
     score = aceso_kernels("enc-attention-score", "bwd", "fp32", s, gemm_dtype="tf32")
     assert [k.dtype for k in score] == ["tf32", "tf32"] and score[0].shape == (32, 2048, 64, 2048)
     assert aceso_kernels("enc-attention-softmax", "fwd", "fp32", s) == ()
+    (sm,) = aceso_kernels("enc-attention-softmax", "bwd", "fp16", s)  # causal: reads half of grad and output
+    assert sm.op == "softmax_causal_bwd" and sm.bytes == pytest.approx(2 * (2 * 32 * 2048 * 2049 / 2 + 32 * 2048 * 2048))
     assert aceso_kernels("gpt-post-process", "fwd", "fp16", s) == ()
 
 

@@ -96,7 +96,8 @@ def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
     if name == "attention-context":
         return _attention("context", direction, g, s)
     if name == "attention-softmax" and dtype != "fp32":
-        return (Kernel("softmax" if direction == "fwd" else "softmax_bwd", dtype, (rows_attn, SEQ_LEN)),)
+        op = "softmax_causal" if direction == "fwd" else "softmax_causal_bwd"  # FusedScaleMaskSoftmax, GPT mask
+        return (Kernel(op, dtype, (rows_attn, SEQ_LEN)),)
     if name == "attention-dropout":
         return (Kernel("dropout" if direction == "fwd" else "dropout_bwd", dtype, (rows_attn, SEQ_LEN)),)
     if name in ("post-attention-dropout", "post-MLP-dropout"):

@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder to write kernel_mlp.npz and kernel_mlp.json")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the shipped setting)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch threads (default: the shipped setting, 2)")
     p.set_defaults(handler=fit_predictor)
 
     p = subparsers.add_parser("collect", help="measure kernels on the local CUDA GPU (needs torch)")
@@ -127,7 +128,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
 def fit_predictor(args: argparse.Namespace) -> int:
     from .training import train_and_export
 
-    train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print)
+    train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print, threads=args.threads)
     return 0
 
 

@@ -276,7 +276,7 @@ def fit_ensemble(d: Design, config: FitConfig, members: int = ENSEMBLE, log=None
 
 
 def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None, seed: int = 0,
-                     members: int = ENSEMBLE, log=None) -> dict:
+                     members: int = ENSEMBLE, log=None, threads: int | None = None) -> dict:
     """``fit-predictor``: load every source, hold out a random 10 % for the validation errors written
     to the metadata, fit the ensemble on the rest and export it. Returns the metadata."""
     try:
@@ -287,7 +287,7 @@ def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None,
 
     rows, gpus = load_all(data_dir(data))
     rows = trainable(rows)
-    config = replace(SHIPPED, epochs=epochs or SHIPPED.epochs, seed=seed)
+    config = replace(SHIPPED, epochs=epochs or SHIPPED.epochs, seed=seed, threads=threads or SHIPPED.threads)
     d = design(rows, gpus)
     val = np.random.default_rng(seed).random(len(rows)) < VALIDATION_FRACTION
     models = fit_ensemble(d.subset(~val), config, members, log)
