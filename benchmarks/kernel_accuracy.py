@@ -93,9 +93,6 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
         saved = json.loads(path.read_text())
         return ({tuple(k.split("|")): tuple(v) for k, v in saved["table"].items()},
                 {g: tuple(v) for g, v in saved["tiles"].items()})
-    import torch
-
-    torch.set_num_threads(args.threads)
     start = time.time()
     neusight = NeuSightBaseline(epochs=args.neusight_epochs, max_rows=args.neusight_rows,
                                 width=args.neusight_width).fit([m for m, t in zip(rows, train) if t], gpus)
@@ -220,6 +217,9 @@ def main(argv=None) -> int:
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    import torch
+
+    torch.set_num_threads(args.threads)  # the NeuSight baseline's; each MLP fit sets its config's (the same)
     start = time.time()
     rows, gpus = load_all(data_dir(args.data), include_test=True)
     rows = tr.trainable(rows)
