@@ -79,8 +79,12 @@ class KernelModel(nn.Module):
             logit = logit + self.unit_offset[unit_idx, r] + self.unit_slope[unit_idx, r] * long
         return torch.exp(self.log_fixed_s[route]) + ideal_s * (1.0 + torch.exp(-logit))
 
+    def label_overhead_s(self, label_idx: torch.Tensor) -> torch.Tensor:
+        """A label's overhead on the typical host (``host_factor`` 0, as for a GPU never seen)."""
+        return nn.functional.softplus(self.overhead_raw[label_idx]) * OVERHEAD_SCALE_S
+
     def overhead_s(self, label_idx: torch.Tensor, host_idx: torch.Tensor, timed_on_host: torch.Tensor) -> torch.Tensor:
-        base = nn.functional.softplus(self.overhead_raw[label_idx]) * OVERHEAD_SCALE_S
+        base = self.label_overhead_s(label_idx)
         return torch.where(timed_on_host, base * torch.exp(self.host_factor[host_idx]), torch.zeros_like(base))
 
 

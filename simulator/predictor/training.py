@@ -234,8 +234,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
         with torch.no_grad():
             fixed.append({r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()})
             n = len(d.labels)
-            overheads.append(model.overhead_s(torch.arange(n), torch.zeros(n, dtype=torch.long),
-                                              torch.ones(n, dtype=torch.bool)).numpy())
+            overheads.append(model.label_overhead_s(torch.arange(n)).numpy())
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
     overhead = np.mean(overheads, axis=0) if d.labels else []
     meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), features={r: list(f) for r, f in ROUTES.items()},
