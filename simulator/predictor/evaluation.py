@@ -17,7 +17,7 @@ from ..specs import GpuSpec
 from .dataset import Measurement
 from .kernels import Kernel
 from .tiling import choose_gemm_tile, tile_from_kernel_name
-from .training import HOST_TIMINGS, op_class
+from .training import HOST_TIMINGS, main_kernel, op_class
 
 KernelPredictor = Callable[[Sequence[Kernel], GpuSpec], np.ndarray]
 
@@ -89,7 +89,7 @@ def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[
     """{(gpu, dataset, class, dtype): (MAPE %, count)}."""
     groups: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     for m, p in zip(rows, predicted_s):
-        key = (m.gpu, dataset_of(m), op_class(m), m.kernels[0].dtype)
+        key = (m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)
         groups[key].append(abs(p / m.latency_s - 1.0))
     return {k: (100.0 * float(np.mean(v)), len(v)) for k, v in sorted(groups.items())}
 
