@@ -16,11 +16,12 @@ length past ``THROTTLE_ONSET_S`` (``logit + offset + slope * throttle_length``),
 towards 0 (weight 0.1: in one-member leave-one-GPU-out runs over all nine chips, 0.1 instead of
 0.01 met 20 instead of 15 of 76 target cells -- bmm fp16 18.4 -> 13.7 %, tf32 17.4 -> 12.4 % --
 because the shared networks, not the offsets, then carry what GPUs have in common; 1.0 also met 20
-but fp32 linear worsened 23.3 -> 26.7 %). They absorb what is particular to one measured GPU -- the
-P4 and P100 PCIe cards slowing to 0.2-0.3 of peak on GEMMs of a second or more, a source's own kernel implementations -- so that the
-shared networks learn what holds across GPUs. A GPU never measured gets 0 (the typical GPU): in
-leave-one-GPU-out runs (one member, 30 epochs) this cut the mean error over four held-out chips from 21.7 to 19.5 % and the
-worst cell from 60 to 41 %. A measured GPU keeps its offsets (shipped in the weights' metadata).
+but fp32 linear worsened 23.3 -> 26.7 %). They absorb what is particular to one measured GPU --
+the P4 and P100 PCIe cards slowing to 0.2-0.3 of peak on GEMMs of a second or more, a source's own
+kernel implementations -- so that the shared networks learn what holds across GPUs. A GPU never
+measured gets 0 (the typical GPU): in leave-one-GPU-out runs (one member, 30 epochs) this cut the
+mean error over four held-out chips from 21.7 to 19.5 % and the worst cell from 60 to 41 %. A
+measured GPU keeps its offsets (shipped in the weights' metadata).
 """
 from __future__ import annotations
 
