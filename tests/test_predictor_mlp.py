@@ -86,3 +86,10 @@ def test_unsupported_dtype_is_a_predictor_error(mlp):
 
     with pytest.raises(PredictorError):
         mlp.latency_s([Kernel("gemm", "bf16", (1, 8, 8, 8), "nn")], load_gpu("V100-SXM2-16GB"))
+
+
+def test_shipped_throttling_slopes_never_speed_a_kernel_up():
+    """Per measured GPU, the logit's slope in kernel length past the throttling onset is <= 0 (``model``)."""
+    slopes = [s for member in MLPPredictor().meta["gpu_offsets"] for routes in member.values()
+              for _, s in routes.values()]
+    assert slopes and max(slopes) <= 0.0

@@ -194,7 +194,7 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
                     pred = pred.index_add(0, local, t)
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
-                    + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope ** 2).mean()))
+                    + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope() ** 2).mean()))
             opt.zero_grad()
             loss.backward()
             opt.step()
