@@ -9,7 +9,10 @@ clock per SM), fed to the MLP or as a linear term of the logit, all made held-ou
 A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
 descriptor identifies GPUs and a new GPU brings an unseen combination. What they were meant to
 capture -- power-limited parts (T4, L4) not holding boost clock -- is left to the calibration
-(``simulator collect --quick``), and reported as an error of the spec-only mode.
+(``simulator collect --quick``), and reported as an error of the spec-only mode. Later tries went the
+same way (one-member runs over all nine chips, stop 10 of issue 3): board watts per peak TFLOP of the
+GEMM's dtype (tf32 BMMs 12 -> 55 %), an HBM/GDDR flag and a Little's-law ratio of bandwidth x latency
+over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 target cells each).
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
