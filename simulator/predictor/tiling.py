@@ -13,6 +13,16 @@ the tile / wave quantisation trade-off).
 
 Kernel names give tiles as ``<a>x<b>`` in cuBLAS's column-major view, where ``a`` spans the
 columns of the row-major output (our ``n``) and ``b`` its rows (our ``m``).
+
+Tried and rejected (stop 11 of issue 3): candidate lists per operand layout, read off the NeuSight
+kernel names (cuBLAS runs every non-transposed fp32 GEMM of more than a few tiles as ``128x64_nn`` on
+Pascal and ``128x128_nn`` on GA100, whatever the padding). The share of named kernels whose tile is
+chosen rose from 9.5 / 15.2 / 29.1 / 15.9 / 29.2 % to 73.0 / 75.4 / 58.5 / 23.6 / 75.5 % (P100 / P4 /
+T4 / V100 / A100), but one-member leave-one-GPU-out runs over all nine chips got worse with both
+seeds: fp32 BMMs 19.0 -> 22.6 / 19.2 -> 21.9 %, fp32 linear 20.3 -> 25.5 / 20.5 -> 26.8 % (held-out
+V100 PCIe linear 31 -> 57-62 %), P100 BMMs 9.9 -> 11.7 / 8.6 -> 11.3 % even with its tiles 99.6 %
+right. Why is not understood (a P100 BMM with a 7-column output does take about what its 18x-padded
+128x64 tiles cost: 26x the ideal time); the heuristic's own choice stays, as the better feature.
 """
 from __future__ import annotations
 
