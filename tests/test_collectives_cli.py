@@ -31,6 +31,15 @@ def test_json_rows(capsys):
     assert rows[1]["busbw"] == pytest.approx(rows[1]["algbw"] * 15 / 16)
 
 
+def test_one_gpu_is_valid_json_without_bandwidths(capsys):
+    """A single GPU moves nothing: time 0 and no bandwidth (null), never Infinity/NaN (not JSON)."""
+    assert main(["collective", "--cluster", "dgx-a100", "--gpus", "1", "--sizes", "1M", "--json", "-"]) == 0
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+    row = json.loads(text)[0]
+    assert row["time_s"] == 0 and row["algbw"] is None and row["busbw"] is None
+
+
 def test_flow_model_matches_closed_form(capsys):
     args = ["collective", "--cluster", "dgx-h100", "--gpus", "8", "--sizes", "64M", "--json", "-"]
     assert main(args) == 0

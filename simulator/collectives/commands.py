@@ -112,18 +112,23 @@ def rows_for(topo, op: str, group: tuple[int, ...], sizes: list[int], algorithm=
             from .algorithms import lower_collective
 
             time_s = run_calls(topo, [lower_collective(topo, op, group, size, algorithm, protocol)])[0]
-        algbw = size / time_s if time_s > 0 else math.inf
-        rows.append(dict(size_bytes=size, time_s=time_s, algbw=algbw / 1e9,
-                         busbw=algbw * BUSBW_FACTOR[op](len(group)) / 1e9, algorithm=est.algorithm,
-                         protocol=est.protocol, channels=est.channels))
+        # A one-GPU "collective" moves nothing and takes no time: its bandwidths are undefined (JSON
+        # null, "-" in the table), not infinite (``Infinity`` / ``NaN`` are not JSON).
+        algbw = size / time_s / 1e9 if time_s > 0 else None
+        rows.append(dict(size_bytes=size, time_s=time_s, algbw=algbw,
+                         busbw=None if algbw is None else algbw * BUSBW_FACTOR[op](len(group)),
+                         algorithm=est.algorithm, protocol=est.protocol, channels=est.channels))
     return rows
 
 
 def format_rows(title: str, rows: list[dict]) -> str:
     head = f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} {'protocol':<8} channels"
     lines = [f"# {title}", "#" + head[1:]]
+    def gbps(x) -> str:
+        return f"{x:>12.2f}" if x is not None else f"{'-':>12}"
+
     for r in rows:
-        lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {r['algbw']:>12.2f} {r['busbw']:>12.2f}  "
+        lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {gbps(r['algbw'])} {gbps(r['busbw'])}  "
                      f"{r['algorithm']:<12} {r['protocol']:<8} {r['channels']}")
     return "\n".join(lines)
 
