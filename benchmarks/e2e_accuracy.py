@@ -8,6 +8,15 @@ Sources (../shared/data/neusight/labels):
 * Single-GPU inference labels (forward only, no loss): compared with the simulated forward.
 
 Every row is predicted by each available predictor (roofline always, as the baseline).
+
+The steps are lowered with the simulator's generic transformer (one fused GELU, attention scale folded
+into the score GEMM), not as Hugging Face's eager code runs them. NeuSight's per-op CSV beside each label
+shows what that leaves out (V100 PCIe, gpt2_large, training, batch 1, one layer): GPT-2's ``gelu_new``
+as eight elementwise kernels (0.59 ms forward, 0.67 ms backward, vs 0.06 / 0.11 ms for one fused GELU),
+the score scaling as a division kernel (0.22 + 0.22 ms), the mask's backward (0.24 ms), and softmax /
+dropout backwards 0.25 / 0.46 ms longer than predicted: about 0.75 ms forward and 1.7 ms backward per
+layer, x36 layers = 27 ms and 62 ms, which is the whole gap of the mlp predictor's training rows
+(forward 185 vs 200 ms measured, backward 319 vs 377 ms) -- its GEMMs there are within a few percent.
 Usage: python benchmarks/e2e_accuracy.py [--data DIR] [--predictors mlp,roofline]
 Writes benchmarks/results/e2e_accuracy.{md,json}.
 """
