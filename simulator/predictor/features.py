@@ -12,7 +12,11 @@ capture -- power-limited parts (T4, L4) not holding boost clock -- is left to th
 (``simulator collect --quick``), and reported as an error of the spec-only mode. Later tries went the
 same way (one-member runs over all nine chips, stop 10 of issue 3): board watts per peak TFLOP of the
 GEMM's dtype (tf32 BMMs 12 -> 55 %), an HBM/GDDR flag and a Little's-law ratio of bandwidth x latency
-over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 target cells each).
+over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 target cells each). Stop 11:
+without the element size (so that tf32 borrows fp16's tensor-core behaviour) held-out A100 tf32 linear
+went 16.6 -> 9.2 % but RTX 3090 tf32 linear 16.6 -> 23.1 % (it runs tf32 at its datasheet rate, the A100
+at 0.82), class means within 1 pp; a byte-alignment feature (see ``benchmarks/kernel_accuracy.py``) and
+group weights 1/n^0.75 instead of 1/sqrt(n) also stayed within seed noise.
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster

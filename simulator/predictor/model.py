@@ -21,7 +21,10 @@ the P4 and P100 PCIe cards slowing to 0.2-0.3 of peak on GEMMs of a second or mo
 kernel implementations -- so that the shared networks learn what holds across GPUs. A GPU never
 measured gets 0 (the typical GPU): in leave-one-GPU-out runs (one member, 30 epochs) this cut the
 mean error over four held-out chips from 21.7 to 19.5 % and the worst cell from 60 to 41 %. A
-measured GPU keeps its offsets (shipped in the weights' metadata).
+measured GPU keeps its offsets (shipped in the weights' metadata). Giving a held-out GPU the terms of
+the training GPU of its power class instead (<= 75 W boards: T4 <-> P4; stop 11, full-benchmark fold
+models) made it worse: P4 fp32 linear 20 -> 26 % with the offsets alone and 81 % with the slope too (the
+held-out test shapes were measured cooler than NeuSight's training shapes), T4 linear 36 -> 34 / 72 %.
 
 The slope is never positive (``slope = -softplus(raw - 4)``): a card heating up on a long kernel can only
 lose clock. With a free sign, the GPUs that hold their clocks on long fp32 GEMMs (V100, A100, 2080 Ti)
