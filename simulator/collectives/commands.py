@@ -121,14 +121,15 @@ def rows_for(topo, op: str, group: tuple[int, ...], sizes: list[int], algorithm=
     return rows
 
 
+def _gbps(x: float | None) -> str:
+    return f"{x:>12.2f}" if x is not None else f"{'-':>12}"
+
+
 def format_rows(title: str, rows: list[dict]) -> str:
     head = f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} {'protocol':<8} channels"
     lines = [f"# {title}", "#" + head[1:]]
-    def gbps(x) -> str:
-        return f"{x:>12.2f}" if x is not None else f"{'-':>12}"
-
     for r in rows:
-        lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {gbps(r['algbw'])} {gbps(r['busbw'])}  "
+        lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {_gbps(r['algbw'])} {_gbps(r['busbw'])}  "
                      f"{r['algorithm']:<12} {r['protocol']:<8} {r['channels']}")
     return "\n".join(lines)
 
