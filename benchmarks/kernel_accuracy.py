@@ -107,10 +107,10 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
 
 def evaluate_fold(group, rows, gpus, d, groups, args, log):
     """MAPE tables of every method and tile-match rates for one held-out GPU group."""
-    # The other GPUs' NeuSight test shapes stay out of training too. Tried (stop 11): with them in,
-    # one-member runs moved fp32 linear 20.3 -> 18.9 / 20.5 -> 19.2 % (seeds 0 / 1) and nothing else
-    # beyond seed noise (target cells 21 -> 22 / 23 -> 19); neither an alignment feature (bytes shared
-    # by m, n, k, up to 16) nor separate offsets per campaign (train / test split) added to that.
+    # The other GPUs' NeuSight test shapes stay out of training too. Tried (stop 11, before the
+    # alignment feature): with them in, one-member runs moved fp32 linear 20.3 -> 18.9 / 20.5 -> 19.2 %
+    # (seeds 0 / 1) and nothing else beyond seed noise (target cells 21 -> 22 / 23 -> 19); separate
+    # offsets per campaign (train / test split) added nothing to that.
     train = np.array([g != group and m.split == "train" for g, m in zip(groups, rows)])
     test_rows = [m for g, m in zip(groups, rows) if g == group]
     evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes

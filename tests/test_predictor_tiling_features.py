@@ -53,6 +53,16 @@ def test_feature_vectors_have_the_documented_width():
     assert x.shape == (4, len(ft.VECTOR_FEATURES)) and np.isfinite(x).all() and (ideal > 0).all()
 
 
+def test_alignment_is_the_widest_load_all_operand_rows_share():
+    dims = np.array([[7, 8, 16], [64, 64, 64], [2, 6, 10], [4096, 1024, 30522]])
+    assert list(ft.alignment_bytes(dims, np.array([4.0, 2.0, 2.0, 4.0]))) == [4, 16, 4, 8]
+    gpu = load_gpu("V100-SXM2-16GB")
+    col = ft.GEMM_FEATURES.index("log2_alignment_bytes")
+    x, _ = ft.gemm_features([Kernel("gemm", "fp32", (1, 1024, 4096, 1024), "nt"),
+                             Kernel("gemm", "fp32", (1, 1023, 4096, 1024), "nt")], gpu)
+    assert list(x[:, col]) == [4.0, 2.0]  # 16 bytes vs one fp32 element
+
+
 def test_ideal_time_is_the_roofline_at_full_peak():
     gpu = load_gpu("A100-SXM4-40GB")
     k = Kernel("gemm", "bf16", (1, 4096, 4096, 4096), "nn")

@@ -15,8 +15,15 @@ GEMM's dtype (tf32 BMMs 12 -> 55 %), an HBM/GDDR flag and a Little's-law ratio o
 over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 target cells each). Stop 11:
 without the element size (so that tf32 borrows fp16's tensor-core behaviour) held-out A100 tf32 linear
 went 16.6 -> 9.2 % but RTX 3090 tf32 linear 16.6 -> 23.1 % (it runs tf32 at its datasheet rate, the A100
-at 0.82), class means within 1 pp; a byte-alignment feature (see ``benchmarks/kernel_accuracy.py``) and
-group weights 1/n^0.75 instead of 1/sqrt(n) also stayed within seed noise.
+at 0.82), class means within 1 pp; group weights 1/n^0.75 instead of 1/sqrt(n) stayed within seed noise.
+
+Operand alignment is a kernel property, not a GPU one, and libraries act on it: cuBLAS uses 128-bit
+vector loads only when every operand row starts on a 16-byte boundary (NeuSight's P4 runs its aligned
+transformer-shaped linear layers with ``sgemm_128x128x8_NT_vec`` at a median 0.79 of peak, its random
+shapes with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With it (stop 11; one-member leave-one-GPU-out
+runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %, fp32 linear 20.3 ->
+18.3 / 20.5 -> 18.4 % (held-out V100 PCIe 31 -> 21 %, V100 SXM2 15 -> 9 %, P4 20 -> 16 %; P100 23 -> 25 %
+and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26.
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
@@ -28,7 +35,7 @@ Two feature sets, one per network:
 
 * ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
-  layout, math unit and element size.
+  layout, math unit, element size and operand alignment (bytes, up to a 16-byte vector load).
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
   128-thread CTAs, row length for row-wise ops, intensity, element size, op kind and direction.
 
@@ -51,7 +58,8 @@ LAYOUTS = ("nn", "nt", "tn")
 VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
 GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
-                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes") + tuple(f"layout_{x}" for x in LAYOUTS)
+                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes") + tuple(
+                     f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_element_bytes", "backward", "transcendental") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
@@ -112,6 +120,18 @@ def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
     return np.clip(ratio, -MAX_LOG2_BALANCE, MAX_LOG2_BALANCE)
 
 
+#: Widest vector load (LDG.128): operands whose rows start on 16-byte boundaries can be read 4 fp32 or
+#: 8 fp16 values at a time.
+MAX_ALIGNMENT_BYTES = 16
+
+
+def alignment_bytes(dims: np.ndarray, elem_bytes: np.ndarray) -> np.ndarray:
+    """Byte alignment all rows of a GEMM's operands share: element size x the largest power of two
+    dividing m, n and k, capped at the widest vector load."""
+    g = np.gcd.reduce(np.maximum(np.asarray(dims, dtype=np.int64), 1), axis=1)
+    return np.minimum(elem_bytes * (g & -g), MAX_ALIGNMENT_BYTES)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES)], ideal time s [N]) for GEMM kernels of one dtype or several."""
     n = len(kernels)
@@ -142,7 +162,8 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
     cols = [_size(t_ideal), _balance(t_compute, t_memory),
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
-            np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem)] + layout
+            np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
+            _log2(alignment_bytes(shapes[:, 1:], elem))] + layout
     return np.column_stack(cols), t_ideal
 
 
