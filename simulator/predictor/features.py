@@ -23,7 +23,11 @@ transformer-shaped linear layers with ``sgemm_128x128x8_NT_vec`` at a median 0.7
 shapes with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With it (stop 11; one-member leave-one-GPU-out
 runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %, fp32 linear 20.3 ->
 18.3 / 20.5 -> 18.4 % (held-out V100 PCIe 31 -> 21 %, V100 SXM2 15 -> 9 %, P4 20 -> 16 %; P100 23 -> 25 %
-and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26.
+and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26. The
+alignment counts m as well as the operands' leading dimensions: cuBLAS's choice on the P4 follows the
+leading dimensions alone (an odd n keeps the vectorised kernel in ``nt``, an odd k loses it), but that
+stricter feature predicted worse (fp32 BMM 18.2 / 17.9 %, fp32 linear 19.4 / 19.4 %, cells 22 / 22):
+a GEMM whose three dimensions are all multiples of 4 also fills whole tiles more often.
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
