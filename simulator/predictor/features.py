@@ -27,7 +27,7 @@ and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22
 alignment counts m as well as the operands' leading dimensions: cuBLAS's choice on the P4 follows the
 leading dimensions alone (an odd n keeps the vectorised kernel in ``nt``, an odd k loses it), but that
 stricter feature predicted worse (fp32 BMM 18.2 / 17.9 %, fp32 linear 19.4 / 19.4 %, cells 22 / 22):
-a GEMM whose three dimensions are all multiples of 4 also fills whole tiles more often.
+possibly because a GEMM whose three dimensions are multiples of 4 also fills whole tiles more often.
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
