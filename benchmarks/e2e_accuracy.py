@@ -106,8 +106,8 @@ def predict(case: Case, data: Path, predictor) -> tuple[float, float]:
         generic = max(i.end_s for i in result.trace.intervals if i.category in ("forward", "backward"))
     added, removed = hf_eager_delta(json.loads(config.read_text())["model_type"], make_shard(model, plan),
                                     train=case.mode != "inference")
-    per_layer = (float(sum(predictor.latency_s(added, cluster.gpu))) if added else 0.0) - (
-        float(sum(predictor.latency_s(removed, cluster.gpu))) if removed else 0.0)
+    lat = predictor.latency_s(added + removed, cluster.gpu)
+    per_layer = float(lat[:len(added)].sum() - lat[len(added):].sum())
     return generic + model.layers * per_layer, generic
 
 

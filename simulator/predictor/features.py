@@ -20,8 +20,8 @@ at 0.82), class means within 1 pp; group weights 1/n^0.75 instead of 1/sqrt(n) s
 Operand alignment is a kernel property, not a GPU one, and libraries act on it: cuBLAS uses 128-bit
 vector loads only when every operand row starts on a 16-byte boundary (NeuSight's P4 runs its aligned
 transformer-shaped linear layers with ``sgemm_128x128x8_NT_vec`` at a median 0.79 of peak, its random
-shapes with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With it (stop 11; one-member leave-one-GPU-out
-runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %, fp32 linear 20.3 ->
+shapes with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With
+it (stop 11; one-member leave-one-GPU-out runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %, fp32 linear 20.3 ->
 18.3 / 20.5 -> 18.4 % (held-out V100 PCIe 31 -> 21 %, V100 SXM2 15 -> 9 %, P4 20 -> 16 %; P100 23 -> 25 %
 and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26. The
 alignment counts m as well as the operands' leading dimensions: cuBLAS's choice on the P4 follows the
