@@ -16,6 +16,9 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 Architecture = Literal["pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+#: L1 per SM of a GPU spec that does not give it (KiB; whitepapers: GP100, GV100, TU10x, GA10x -- the
+#: A100's GA100 has 192 --, AD10x, GH100, GB100).
+DEFAULT_L1_KIB = {"pascal": 24, "volta": 128, "turing": 96, "ampere": 128, "ada": 128, "hopper": 256, "blackwell": 256}
 
 
 class Spec(BaseModel):
@@ -39,6 +42,9 @@ class GpuSpec(Spec):
     memory_bytes: PositiveFloat
     memory_bandwidth_bytes_per_s: PositiveFloat
     l2_bytes: PositiveFloat
+    #: L1 data cache per SM (Volta and later: the unified L1 / shared memory); optional for inline GPUs,
+    #: which then get their architecture's usual size (``DEFAULT_L1_KIB``).
+    l1_bytes: PositiveFloat
     peak_flops_per_s: dict[Dtype, PositiveFloat]
     nvlink_generation: int = Field(0, ge=0)
     nvlink_links: int = Field(0, ge=0)
@@ -54,6 +60,13 @@ class GpuSpec(Spec):
         if self.boost_clock_hz < self.base_clock_hz:
             raise ValueError("boost clock below base clock")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_l1(cls, data):
+        if isinstance(data, dict) and data.get("l1_bytes") is None and data.get("architecture") in DEFAULT_L1_KIB:
+            data = dict(data, l1_bytes=DEFAULT_L1_KIB[data["architecture"]] * 1024.0)
+        return data
 
     def supports(self, dtype: str) -> bool:
         return dtype in self.peak_flops_per_s

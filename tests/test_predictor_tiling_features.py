@@ -86,3 +86,13 @@ def test_vector_kinds_cover_every_non_matrix_op():
     for op, cls in OPS.items():
         if cls.family not in ("gemm", "attention"):
             assert ft.vector_kind(op) in ft.VECTOR_KINDS
+
+
+def test_row_over_l1_scales_with_row_bytes_and_the_gpus_l1():
+    col = ft.VECTOR_FEATURES.index("log2_row_over_l1")
+    ks = [Kernel("softmax", "fp32", (64, 8192)), Kernel("softmax", "fp16", (64, 8192)), Kernel("add", "fp32", (64, 8192))]
+    a100, p100 = load_gpu("A100-SXM4-40GB"), load_gpu("P100-PCIE-16GB")  # 192 vs 24 KiB
+    xa, xp = ft.vector_features(ks, a100)[0][:, col], ft.vector_features(ks, p100)[0][:, col]
+    assert xa[0] == pytest.approx(np.log2(32 / 192)) and xa[1] == pytest.approx(xa[0] - 1)
+    assert xp[0] == pytest.approx(min(np.log2(32 / 24), ft.ROW_OVER_L1_RANGE[1]))
+    assert xa[2] == xp[2] == ft.ROW_OVER_L1_RANGE[0]  # not a row-wise op

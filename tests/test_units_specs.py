@@ -28,6 +28,16 @@ def test_parse_spec_error_names_field_as_written_with_original_value():
     assert str(exc.value).startswith("f.yaml: memory_bandwidth_GBps = -5")
 
 
+def test_gpu_l1_defaults_to_the_architectures_and_is_validated():
+    raw = dict(name="g", architecture="hopper", sms=1, base_clock_MHz=1, boost_clock_MHz=2, tdp_W=1,
+               memory_GiB=1, memory_bandwidth_GBps=5, l2_MiB=1, peak_TFLOPS={"fp32": 1})
+    assert parse_spec(GpuSpec, raw, "f.yaml").l1_bytes == 256 * 1024
+    assert parse_spec(GpuSpec, dict(raw, l1_KiB=192), "f.yaml").l1_bytes == 192 * 1024
+    with pytest.raises(ConfigError) as exc:
+        parse_spec(GpuSpec, dict(raw, l1_KiB=0), "f.yaml")
+    assert exc.value.field == "l1_KiB"
+
+
 def test_parse_spec_rejects_unknown_fields():
     with pytest.raises(ConfigError, match="unknown field"):
         parse_spec(PlanSpec, {"dp": 1, "bogus": 2}, "plan")

@@ -43,7 +43,23 @@ Two feature sets, one per network:
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
   layout, math unit, element size and operand alignment (bytes, up to a 16-byte vector load).
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
-  128-thread CTAs, row length for row-wise ops, intensity, element size, op kind and direction.
+  128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, intensity,
+  element size, op kind and direction.
+
+Row bytes over L1: a multi-pass row-wise kernel (PyTorch's block softmax reads a row three times, for
+the max, the sum and the output) re-reads the row from L1 while the rows of the resident CTAs fit
+there, and from DRAM once they do not. NeuSight's fp32 softmax sustains 0.6-0.8 of the bandwidth on
+rows up to a GPU-dependent length and 0.38-0.45 beyond (2 of 4 tensors' worth of traffic), and the
+drop moves with the L1: between 4 and 8 KB rows on the P100 (24 KB L1), 8-16 KB on the P4 (48 KB),
+16-32 KB on the T4 (96 KB) and the V100, 32-64 KB on the A100 (192 KB). The training split's rows stop at
+16 KB, so without the ratio long rows on a held-out GPU were extrapolated from short ones. One-member
+leave-one-GPU-out runs over all nine chips (seeds 0 / 1): norm fp32 22.1 -> 16.8 / 21.7 -> 15.8 %,
+softmax fp32 20.1 -> 17.2 / 20.1 -> 17.5 %, other classes within seed noise; target cells 22 -> 25 /
+26 -> 26 of 76. A logit offset per (source, kernel kind) shared across GPUs ("implementation
+offsets": the software stack that measured a kernel is known, and e.g. Aceso's fp32 layer norm runs at
+0.6-0.7 of the bandwidth on all five of its GPUs where NeuSight's training shapes run at 0.33-0.48)
+helped without the L1 ratio (norm fp32 22.1 -> 19.1 %, 22 -> 24 cells) and not with it (24 cells),
+so it was not kept.
 
 Working set over L2 is left out of both: the A100's 40 MB L2 is alone in its range, so the ratio
 confounds "big kernel on a big-L2 GPU" with "small kernel" (held-out A100 errors grew with it).
@@ -67,7 +83,7 @@ GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_i
                  "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes") + tuple(
                      f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
-                   "log2_element_bytes", "backward", "transcendental") + tuple(
+                   "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
 
 
@@ -108,6 +124,9 @@ MAX_LOG2_IDEAL_US = 10.0
 MAX_LOG2_WAVES = 4.0         # past 16 waves the tail wave costs < 6 %
 MAX_LOG2_K_PER_CTA = 12.0    # past 4096 the prologue/epilogue of a CTA is amortised
 MAX_LOG2_BALANCE = 4.0       # 16x past the ridge point a kernel is fully compute- or memory-bound
+#: log2 of a row's bytes over the L1 per SM: below 1/256 a row is small whatever the GPU; above 8x a
+#: multi-pass kernel re-reads it from L2 / DRAM whatever the GPU.
+ROW_OVER_L1_RANGE = (-8.0, 3.0)
 #: Kernels longer than this may slow down as a (passively cooled) card heats up; see ``model``.
 THROTTLE_ONSET_S = 1e-3
 
@@ -199,7 +218,8 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     cols = [_size(t_ideal), _balance(t_compute, t_memory), np.minimum(_log2(waves), MAX_LOG2_WAVES),
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem),
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
-            np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float)] + kind_cols
+            np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float),
+            np.where(rowwise, np.clip(_log2(dims[:, 1] * elem / gpu.l1_bytes), *ROW_OVER_L1_RANGE), ROW_OVER_L1_RANGE[0])] + kind_cols
     return np.column_stack(cols), t_ideal
 
 
