@@ -56,12 +56,14 @@ def test_fit_export_and_load(tmp_path):
         with torch.no_grad():
             per_member = [np.log(m.kernel_latency_s(route, torch.tensor(x, dtype=torch.float32),
                                                     torch.tensor(ideal, dtype=torch.float32),
-                                                    unit.expand(len(x))).numpy()) for m in models]
+                                                    unit.expand(len(x)), torch.as_tensor(sub.slots[route])).numpy())
+                          for m in models]
         ks = [k for m in rows[:10] if m.gpu == rows[0].gpu for k in m.kernels if tr.route_of(k) == route]
         np.testing.assert_allclose(mlp.latency_s(ks, gpus[rows[0].gpu]), np.exp(np.mean(per_member, axis=0)), rtol=1e-4)
     assert mlp.meta["members"] == 2 and "syn:op" in mlp.meta["timing_overhead_s"]
     slopes = [s for member in mlp.meta["gpu_offsets"] for routes in member.values() for _, s in routes.values()]
     assert slopes and max(slopes) <= 0.0  # throttling only ever slows a kernel down
+    assert all(set(per_gpu) == set(tr.OFFSET_SLOTS) for member in mlp.meta["gpu_offsets"] for per_gpu in member.values())
 
 
 def test_subset_keeps_kernels_with_their_rows():

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, throttle_length, vector_features
+from .features import (GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, throttle_length, vector_features,
+                       vector_kind)
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
@@ -102,11 +103,12 @@ class MLPPredictor:
         """(latency, ideal time) of kernels that all go to ``route``: the geometric mean over the
         ensemble members of ``fixed + ideal / sigmoid(logit)``."""
         x, ideal = FEATURE_FNS[route](kernels, gpu)
+        slots = ["gemm"] * len(kernels) if route == "gemm" else [f"vector:{vector_kind(k.op)}" for k in kernels]
         logs = []
         for nets, fixed, offsets in zip(self.members, self.member_fixed_s, self.gpu_offsets):
             logit = nets[route].logit(x)
             if gpu.name in offsets:  # a measured GPU keeps what was particular to it
-                offset, slope = offsets[gpu.name][route]
+                offset, slope = np.array([offsets[gpu.name][s] for s in slots]).T
                 logit = logit + offset + slope * throttle_length(ideal)
             logit = np.clip(logit, -30.0, 30.0)
             logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit))))

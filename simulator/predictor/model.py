@@ -11,9 +11,10 @@ The overhead terms are nuisance parameters: they exist only to read the host-tim
 correctly and are not used to predict kernels. ``host_factor`` is L2-regularised towards 0, which is
 the value used for a GPU never seen.
 
-Per (source, GPU) and network, the utilisation logit also gets an offset and a slope in the kernel's
-length past ``THROTTLE_ONSET_S`` (``logit + offset + slope * throttle_length``), L2-regularised
-towards 0 (weight 0.1: in one-member leave-one-GPU-out runs over all nine chips, 0.1 instead of
+Per (source, GPU) and offset slot (GEMMs, and each kind of vector kernel: elementwise, dropout,
+softmax, norm, gather; ``training.OFFSET_SLOTS``), the utilisation logit also gets an offset and a
+slope in the kernel's length past ``THROTTLE_ONSET_S`` (``logit + offset + slope * throttle_length``),
+L2-regularised towards 0 (weight 0.1: in one-member leave-one-GPU-out runs over all nine chips, 0.1 instead of
 0.01 met 20 instead of 15 of 76 target cells -- bmm fp16 18.4 -> 13.7 %, tf32 17.4 -> 12.4 % --
 because the shared networks, not the offsets, then carry what GPUs have in common; 1.0 also met 20
 but fp32 linear worsened 23.3 -> 26.7 %). They absorb what is particular to one measured GPU --
@@ -25,6 +26,14 @@ measured GPU keeps its offsets (shipped in the weights' metadata). Giving a held
 the training GPU of its power class instead (<= 75 W boards: T4 <-> P4; stop 11, full-benchmark fold
 models) made it worse: P4 fp32 linear 20 -> 26 % with the offsets alone and 81 % with the slope too (the
 held-out test shapes were measured cooler than NeuSight's training shapes), T4 linear 36 -> 34 / 72 %.
+
+Slots per vector kind rather than one per network (stop 12): with one vector offset, Vidur's vLLM
+RMSNorm on the A100 PCIe 80GB (0.36 of the bandwidth, where its A40 reaches 0.59) set that GPU's offset
+for every vector kernel (-0.61; the A40's +0.55), so the shipped model predicted its training layer
+norm backward at 0.22-0.26 of the bandwidth and its softmax at 0.36-0.41 (Aceso's A100 SXM4 measures 0.37-0.43
+for the former, NeuSight's A100 PCIe 0.6-0.8 for fp32 softmax); with slots 0.35-0.38 and 0.43-0.44. Leave-one-GPU-out (one member, nine chips) is
+unchanged within noise (25 of 76 cells both ways): held-out GPUs get no offsets either way, and the
+held-out A40 Vidur norm went 56 -> 23 % while the A100 80GB's went 23 -> 36 %.
 
 The slope is never positive (``slope = -softplus(raw - 4)``): a card heating up on a long kernel can only
 lose clock. With a free sign, the GPUs that hold their clocks on long fp32 GEMMs (V100, A100, 2080 Ti)
@@ -77,28 +86,26 @@ class KernelModel(nn.Module):
     """Both networks, the fixed kernel times and the timing-overhead nuisance parameters."""
 
     def __init__(self, routes: dict[str, tuple[int, tuple]], n_labels: int, n_hosts: int,
-                 hidden: tuple[int, ...] = HIDDEN, n_units: int = 0):
+                 hidden: tuple[int, ...] = HIDDEN, n_units: int = 0, n_slots: int = 1):
         super().__init__()
         self.nets = nn.ModuleDict({r: UtilisationMLP(n, stats, hidden) for r, (n, stats) in routes.items()})
         self.log_fixed_s = nn.ParameterDict({r: nn.Parameter(torch.tensor(float(torch.log(torch.tensor(2e-6)))))
                                              for r in routes})
         self.overhead_raw = nn.Parameter(torch.ones(max(n_labels, 1)))
         self.host_factor = nn.Parameter(torch.zeros(max(n_hosts, 1)))
-        self.route_pos = {r: i for i, r in enumerate(routes)}
-        self.unit_offset = nn.Parameter(torch.zeros(max(n_units, 1), max(len(routes), 1)))
-        self.unit_slope_raw = nn.Parameter(torch.zeros(max(n_units, 1), max(len(routes), 1)))
+        self.unit_offset = nn.Parameter(torch.zeros(max(n_units, 1), n_slots))
+        self.unit_slope_raw = nn.Parameter(torch.zeros(max(n_units, 1), n_slots))
 
     def unit_slope(self) -> torch.Tensor:
-        """Throttling slopes per (unit, route), <= 0 (see the module docstring)."""
+        """Throttling slopes per (unit, slot), <= 0 (see the module docstring)."""
         return -nn.functional.softplus(self.unit_slope_raw + SLOPE_SHIFT)
 
     def kernel_latency_s(self, route: str, x: torch.Tensor, ideal_s: torch.Tensor,
-                         unit_idx: torch.Tensor | None = None) -> torch.Tensor:
+                         unit_idx: torch.Tensor | None = None, slot_idx: torch.Tensor | None = None) -> torch.Tensor:
         logit = self.nets[route](x)
         if unit_idx is not None:
-            r = self.route_pos[route]
             long = torch.relu(torch.log2(ideal_s / THROTTLE_ONSET_S))
-            logit = logit + self.unit_offset[unit_idx, r] + self.unit_slope()[unit_idx, r] * long
+            logit = logit + self.unit_offset[unit_idx, slot_idx] + self.unit_slope()[unit_idx, slot_idx] * long
         return torch.exp(self.log_fixed_s[route]) + ideal_s * (1.0 + torch.exp(-logit))
 
     def label_overhead_s(self, label_idx: torch.Tensor) -> torch.Tensor:
@@ -110,10 +117,10 @@ class KernelModel(nn.Module):
         return torch.where(timed_on_host, base * torch.exp(self.host_factor[host_idx]), torch.zeros_like(base))
 
 
-def unit_offsets(model: KernelModel) -> dict[str, "object"]:
-    """{route: [n_units, 2] array of (offset, slope)} of a trained model."""
+def unit_offsets(model: KernelModel, slots) -> dict[str, "object"]:
+    """{slot: [n_units, 2] array of (offset, slope)} of a trained model."""
     off, slope = model.unit_offset.detach().numpy(), model.unit_slope().detach().numpy()
-    return {r: [[float(off[u, i]), float(slope[u, i])] for u in range(off.shape[0])] for r, i in model.route_pos.items()}
+    return {s: [[float(off[u, i]), float(slope[u, i])] for u in range(off.shape[0])] for i, s in enumerate(slots)}
 
 
 def export_net(net: UtilisationMLP) -> dict[str, "object"]:

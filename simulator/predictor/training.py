@@ -22,10 +22,12 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from .dataset import Measurement
-from .features import GEMM_FEATURES, VECTOR_FEATURES, gemm_features, vector_features, vector_kind
+from .features import GEMM_FEATURES, VECTOR_FEATURES, VECTOR_KINDS, gemm_features, vector_features, vector_kind
 from .kernels import Kernel
 
 ROUTES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
+#: What a per-(source, GPU) offset is kept for: GEMMs, and each kind of vector kernel (``model``).
+OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{k}" for k in VECTOR_KINDS)
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
 HOST_TIMINGS = ("event", "host")
 WEIGHTS_FORMAT = 1
@@ -35,6 +37,11 @@ def route_of(kernel: Kernel) -> str:
     """Which network predicts a kernel: 'gemm', 'vector', or 'attention' (analytic, not trained)."""
     family = kernel.family
     return family if family in ("gemm", "attention") else "vector"
+
+
+def offset_slot(kernel: Kernel) -> int:
+    """Index in ``OFFSET_SLOTS`` of the offset a kernel gets."""
+    return 0 if route_of(kernel) == "gemm" else OFFSET_SLOTS.index(f"vector:{vector_kind(kernel.op)}")
 
 
 def main_kernel(m: Measurement) -> Kernel:
@@ -54,7 +61,8 @@ def op_class(m: Measurement) -> str:
 
 @dataclass
 class Design:
-    """Numeric form of a list of measurements. ``routes[r] = (X, ideal_s, row)`` per kernel."""
+    """Numeric form of a list of measurements. ``routes[r] = (X, ideal_s, row)`` per kernel, and
+    ``slots[r]`` each kernel's ``OFFSET_SLOTS`` index."""
 
     y_s: np.ndarray
     weight: np.ndarray
@@ -66,6 +74,7 @@ class Design:
     hosts: list[str]
     unit_idx: np.ndarray
     units: list[str]
+    slots: dict[str, np.ndarray]
 
     def __len__(self) -> int:
         return len(self.y_s)
@@ -74,11 +83,12 @@ class Design:
         keep = np.flatnonzero(mask)
         new_index = np.full(len(self.y_s), -1)
         new_index[keep] = np.arange(len(keep))
-        routes = {}
+        routes, slots = {}, {}
         for r, (x, ideal, row) in self.routes.items():
             sel = mask[row]
             routes[r] = (x[sel], ideal[sel], new_index[row[sel]])
-        return replace(self, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
+            slots[r] = self.slots[r][sel]
+        return replace(self, slots=slots, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
                        host_idx=self.host_idx[keep], unit_idx=self.unit_idx[keep], timed_on_host=self.timed_on_host[keep], routes=routes)
 
 
@@ -101,22 +111,26 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
     for i, m in enumerate(rows):
         for k in m.kernels:
             pending.setdefault((route_of(k), m.gpu), []).append((i, k))
-    routes = {}
+    routes, slots = {}, {}
     for r in ROUTES:
-        parts = [(FEATURE_FNS[r]([k for _, k in items], gpus[gpu]), [i for i, _ in items])
+        parts = [(FEATURE_FNS[r]([k for _, k in items], gpus[gpu]), [i for i, _ in items],
+                  [offset_slot(k) for _, k in items])
                  for (route, gpu), items in sorted(pending.items()) if route == r]
         if parts:
             routes[r] = (np.vstack([p[0][0] for p in parts]), np.concatenate([p[0][1] for p in parts]),
                          np.concatenate([np.array(p[1]) for p in parts]))
+            slots[r] = np.concatenate([np.array(p[2], dtype=np.int64) for p in parts])
         else:
             routes[r] = (np.zeros((0, len(ROUTES[r]))), np.zeros(0), np.zeros(0, dtype=int))
+            slots[r] = np.zeros(0, dtype=np.int64)
     timed = np.array([m.timing in HOST_TIMINGS for m in rows])
     return Design(
         y_s=np.array([m.latency_s for m in rows]), weight=group_weights(rows),
         label_idx=np.array([label_pos.get(f"{m.source}:{m.label}", 0) for m in rows]),
         host_idx=np.array([host_pos.get(f"{m.source}:{m.gpu}", 0) for m in rows]),
         timed_on_host=timed, routes=routes, labels=labels, hosts=hosts,
-        unit_idx=np.array([unit_pos[f"{m.source}:{m.gpu}"] for m in rows], dtype=np.int64), units=units)
+        unit_idx=np.array([unit_pos[f"{m.source}:{m.gpu}"] for m in rows], dtype=np.int64), units=units,
+        slots=slots)
 
 
 @dataclass(frozen=True)
@@ -168,9 +182,10 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)
     specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
-    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units))
+    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units), len(OFFSET_SLOTS))
     tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
                for r, (x, ideal, row) in d.routes.items()}
+    slots = {r: torch.as_tensor(v) for r, v in d.slots.items()}
     y = torch.tensor(d.y_s, dtype=torch.float32)
     w = torch.tensor(d.weight, dtype=torch.float32)
     li, hi, ui = torch.tensor(d.label_idx), torch.tensor(d.host_idx), torch.tensor(d.unit_idx)
@@ -190,7 +205,7 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
                 kernels, local = _gather(index[r], batch)
                 if len(kernels):
                     local = torch.as_tensor(local)
-                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels], ui[batch][local])
+                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels], ui[batch][local], slots[r][kernels])
                     pred = pred.index_add(0, local, t)
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
@@ -233,7 +248,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     arrays, fixed, overheads, gpu_offsets = {}, [], [], []
     for j, model in enumerate(models):
-        gpu_offsets.append(_gpu_offsets(unit_offsets(model), d.units))
+        gpu_offsets.append(_gpu_offsets(unit_offsets(model, OFFSET_SLOTS), d.units))
         for r, net in model.nets.items():
             for key, value in export_net(net).items():
                 arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
@@ -249,7 +264,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
 
 
 def _gpu_offsets(per_unit: dict[str, list], units: Sequence[str]) -> dict[str, dict[str, list[float]]]:
-    """{GPU: {route: [offset, slope]}}: a GPU's (source, GPU) units averaged (most GPUs have one source)."""
+    """{GPU: {slot: [offset, slope]}}: a GPU's (source, GPU) units averaged (most GPUs have one source)."""
     out: dict[str, dict[str, list[float]]] = {}
     for gpu in sorted({u.split(":", 1)[1] for u in units}):
         idx = [i for i, u in enumerate(units) if u.split(":", 1)[1] == gpu]
