@@ -15,6 +15,17 @@ Timing methods (what the number includes besides device kernel time):
 
 Training models the difference as an additive per-source overhead (``training``); the predictor
 itself predicts device kernel time.
+
+Tried and not kept (stop 12): since launches are asynchronous, a host- or event-timed reading could
+be the *longer* of the host's dispatch and the kernels rather than their sum (Aceso's layer norm
+forward reads a flat 55-100 us on every GPU until its kernel outgrows it). A smooth maximum
+``(k^p + o^p)^(1/p)``, with each label's overhead started at its shortest reading (started at 13 us
+it stayed there and the networks made small kernels slow instead), gave one-member leave-one-GPU-out
+runs over all nine chips (seeds 0 / 1) of 22 / 24 target cells with p = 8 and 24 / 21 with p = 3,
+against 25 / 23 additive: elementwise fp16 15.1 / 14.3 -> 14.0 / 13.2 % and norm fp16 22.8 / 29.4 ->
+21.9 / 23.1 % (p = 8), other classes within noise, and the roofline baseline read through the same
+timing improved as much (elementwise fp16 15.1 -> 13.6 %). NeuSight's T4 elementwise readings sit
+between the two models (1.15-1.3x the maximum where kernel and dispatch are equal).
 """
 from __future__ import annotations
 
