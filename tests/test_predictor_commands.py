@@ -99,3 +99,12 @@ def test_predict_kernels_reads_gzip_and_rejects_binary(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"\x8b\x00\xff")
     assert main(["predict-kernels", "--gpu", "L4", "--input", str(bad), "--output", str(out)]) == 2
+
+
+def test_predict_kernels_writes_stdout_for_dash(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("OPName,B,H\ngelu,8,1024\n")
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(src), "--output", "-", "--predictor", "roofline"]) == 0
+    row = next(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert row["OPName"] == "gelu" and float(row["predicted_ms"]) > 0
+    assert not (tmp_path / "-").exists()

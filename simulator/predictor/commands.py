@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import io
+import sys
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict-kernels", help="predict kernel latencies for rows of a CSV (NeuSight format)")
     p.add_argument("--gpu", required=True, help="catalog GPU name or a GPU YAML file")
     p.add_argument("--input", required=True, help="CSV with OPName and B,M,N,K (GEMMs) or B,H (vector ops)")
-    p.add_argument("--output", required=True, help="CSV to write: the input rows plus predicted_ms")
+    p.add_argument("--output", required=True, help="CSV to write (- for stdout): the input rows plus predicted_ms")
     p.add_argument("--predictor", default="mlp", help="mlp | roofline (default mlp)")
     p.add_argument("--calibration", help="calibration file from `simulator collect --quick` (mlp only)")
     p.set_defaults(handler=predict_kernels)
@@ -114,12 +116,17 @@ def predict_kernels(args: argparse.Namespace) -> int:
         else get_predictor(args.predictor)
     seconds = predictor.latency_s(kernels, gpu)
     out_columns = columns + ([] if "predicted_ms" in columns else ["predicted_ms"])
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=out_columns, extrasaction="ignore")
+    writer.writeheader()
+    for row, t in zip(rows, seconds):
+        writer.writerow(dict(row, predicted_ms=f"{t * 1e3:.6g}"))
+    if args.output == "-":
+        sys.stdout.write(text.getvalue())
+        return 0
     try:
         with _open_text(args.output, "w") as fh:
-            writer = csv.DictWriter(fh, fieldnames=out_columns, extrasaction="ignore")
-            writer.writeheader()
-            for row, t in zip(rows, seconds):
-                writer.writerow(dict(row, predicted_ms=f"{t * 1e3:.6g}"))
+            fh.write(text.getvalue())
     except OSError as exc:
         raise ConfigError("command line", "--output", args.output, f"cannot write: {exc.strerror}") from None
     return 0
