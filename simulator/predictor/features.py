@@ -17,19 +17,19 @@ without the element size (so that tf32 borrows fp16's tensor-core behaviour) hel
 went 16.6 -> 9.2 % but RTX 3090 tf32 linear 16.6 -> 23.1 % (it runs tf32 at its datasheet rate, the A100
 at 0.82), class means within 1 pp; group weights 1/n^0.75 instead of 1/sqrt(n) stayed within seed noise.
 
-Operand alignment is a kernel property, not a GPU one, and libraries act on it: cuBLAS uses 128-bit
-vector loads only when every operand row starts on a 16-byte boundary (NeuSight's P4 runs its aligned
-transformer-shaped linear layers with ``sgemm_128x128x8_NT_vec`` at a median 0.79 of peak, its random
-shapes with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With
-it (stop 11; one-member leave-one-GPU-out runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %, fp32 linear 20.3 ->
-18.3 / 20.5 -> 18.4 % (held-out V100 PCIe 31 -> 21 %, V100 SXM2 15 -> 9 %, P4 20 -> 16 %; P100 23 -> 25 %
-and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26. The
-alignment counts m as well as the operands' leading dimensions: cuBLAS's choice on the P4 follows the
+Operand alignment is a kernel property, not a GPU one, and libraries act on it: cuBLAS uses 128-bit vector
+loads only when every operand row starts on a 16-byte boundary (NeuSight's P4 runs its aligned
+transformer-shaped linear layers with ``sgemm_128x128x8_NT_vec`` at a median 0.79 of peak, its random shapes
+with ``maxwell_sgemm_*`` kernels at medians of 0.17-0.35, for kernels of 0.1 ms and more). With it (stop 11;
+one-member leave-one-GPU-out runs over all nine chips, seeds 0 / 1): fp32 BMM 19.0 -> 17.4 / 19.2 -> 16.8 %,
+fp32 linear 20.3 -> 18.3 / 20.5 -> 18.4 % (held-out V100 PCIe 31 -> 21 %, V100 SXM2 15 -> 9 %, P4 20 -> 16 %;
+P100 23 -> 25 % and T4 36 -> 40 % worse), other classes within seed noise; target cells 21 -> 22 / 23 -> 26.
+The alignment counts m as well as the operands' leading dimensions: cuBLAS's choice on the P4 follows the
 leading dimensions alone (an odd n keeps the vectorised kernel in ``nt``, an odd k loses it), but that
-stricter feature predicted worse (fp32 BMM 18.2 / 17.9 %, fp32 linear 19.4 / 19.4 %, cells 22 / 22):
-possibly because a GEMM whose three dimensions are multiples of 4 also fills whole tiles more often.
-A cap of 64 bytes instead of the 16 of a vector load (seed 0) moved every GEMM class mean by <= 0.7 pp
-except the two-GPU tf32 BMMs (15.0 -> 12.5 %).
+stricter feature predicted worse (fp32 BMM 18.2 / 17.9 %, fp32 linear 19.4 / 19.4 %, cells 22 / 22): possibly
+because a GEMM whose three dimensions are multiples of 4 also fills whole tiles more often. A cap of 64 bytes
+instead of the 16 of a vector load (seed 0) moved every GEMM class mean by <= 0.7 pp except the two-GPU tf32
+BMMs (15.0 -> 12.5 %).
 
 The predicted latency is ``t_fixed + t_ideal / u`` with ``u`` in (0, 1] from the network and
 ``t_ideal = max(FLOPs / peak, bytes / bandwidth)`` (datasheet values), so a prediction is never faster
@@ -97,6 +97,15 @@ def vector_kind(op: str) -> str:
     if op.startswith("embedding"):
         return "gather"
     return "elementwise"
+
+
+#: What a measured GPU keeps an offset for (``model``): GEMMs, and each kind of vector kernel.
+OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{k}" for k in VECTOR_KINDS)
+
+
+def offset_slot(kernel_op: str) -> str:
+    """The ``OFFSET_SLOTS`` entry of a GEMM or vector kernel's op."""
+    return "gemm" if kernel_op == "gemm" else f"vector:{vector_kind(kernel_op)}"
 
 
 def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
@@ -219,7 +228,8 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem),
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
             np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float),
-            np.where(rowwise, np.clip(_log2(dims[:, 1] * elem / gpu.l1_bytes), *ROW_OVER_L1_RANGE), ROW_OVER_L1_RANGE[0])] + kind_cols
+            np.where(rowwise, np.clip(_log2(dims[:, 1] * elem / gpu.l1_bytes), *ROW_OVER_L1_RANGE),
+                     ROW_OVER_L1_RANGE[0])] + kind_cols
     return np.column_stack(cols), t_ideal
 
 

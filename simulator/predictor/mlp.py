@@ -28,8 +28,8 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import (GEMM_FEATURES, VECTOR_FEATURES, gemm_features, peak_flops, throttle_length, vector_features,
-                       vector_kind)
+from .features import (GEMM_FEATURES, VECTOR_FEATURES, gemm_features, offset_slot, peak_flops, throttle_length,
+                       vector_features)
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
@@ -103,7 +103,7 @@ class MLPPredictor:
         """(latency, ideal time) of kernels that all go to ``route``: the geometric mean over the
         ensemble members of ``fixed + ideal / sigmoid(logit)``."""
         x, ideal = FEATURE_FNS[route](kernels, gpu)
-        slots = ["gemm"] * len(kernels) if route == "gemm" else [f"vector:{vector_kind(k.op)}" for k in kernels]
+        slots = [offset_slot(k.op) for k in kernels]
         logs = []
         for nets, fixed, offsets in zip(self.members, self.member_fixed_s, self.gpu_offsets):
             logit = nets[route].logit(x)

@@ -12,7 +12,7 @@ correctly and are not used to predict kernels. ``host_factor`` is L2-regularised
 the value used for a GPU never seen.
 
 Per (source, GPU) and offset slot (GEMMs, and each kind of vector kernel: elementwise, dropout,
-softmax, norm, gather; ``training.OFFSET_SLOTS``), the utilisation logit also gets an offset and a
+softmax, norm, gather; ``features.OFFSET_SLOTS``), the utilisation logit also gets an offset and a
 slope in the kernel's length past ``THROTTLE_ONSET_S`` (``logit + offset + slope * throttle_length``),
 L2-regularised towards 0 (weight 0.1: in one-member leave-one-GPU-out runs over all nine chips, 0.1 instead of
 0.01 met 20 instead of 15 of 76 target cells -- bmm fp16 18.4 -> 13.7 %, tf32 17.4 -> 12.4 % --
@@ -27,12 +27,12 @@ the training GPU of its power class instead (<= 75 W boards: T4 <-> P4; stop 11,
 models) made it worse: P4 fp32 linear 20 -> 26 % with the offsets alone and 81 % with the slope too (the
 held-out test shapes were measured cooler than NeuSight's training shapes), T4 linear 36 -> 34 / 72 %.
 
-Slots per vector kind rather than one per network (stop 12): with one vector offset, Vidur's vLLM
-RMSNorm on the A100 PCIe 80GB (0.36 of the bandwidth, where its A40 reaches 0.59) set that GPU's offset
-for every vector kernel (-0.61; the A40's +0.55), so the shipped model predicted its training layer
-norm backward at 0.22-0.26 of the bandwidth and its softmax at 0.36-0.41 (Aceso's A100 SXM4 measures 0.37-0.43
-for the former, NeuSight's A100 PCIe 0.6-0.8 for fp32 softmax); with slots 0.35-0.38 and 0.43-0.44. Leave-one-GPU-out (one member, nine chips) is
-unchanged within noise (25 of 76 cells both ways): held-out GPUs get no offsets either way, and the
+Slots per vector kind rather than one per network (stop 12): with one vector offset, Vidur's vLLM RMSNorm on
+the A100 PCIe 80GB (0.36 of the bandwidth, where its A40 reaches 0.59) set that GPU's offset for every vector
+kernel (-0.61; the A40's +0.55), so the shipped model predicted its training layer norm backward at 0.22-0.26
+of the bandwidth and its softmax at 0.36-0.41 (Aceso's A100 SXM4 measures 0.37-0.43 for the former, NeuSight's
+A100 PCIe 0.6-0.8 for fp32 softmax); with slots 0.35-0.38 and 0.43-0.44. Leave-one-GPU-out (one member, nine
+chips) is unchanged within noise (25 of 76 cells both ways): held-out GPUs get no offsets either way, and the
 held-out A40 Vidur norm went 56 -> 23 % while the A100 80GB's went 23 -> 36 %.
 
 The slope is never positive (``slope = -softplus(raw - 4)``): a card heating up on a long kernel can only

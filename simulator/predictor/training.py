@@ -22,12 +22,11 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from .dataset import Measurement
-from .features import GEMM_FEATURES, VECTOR_FEATURES, VECTOR_KINDS, gemm_features, vector_features, vector_kind
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, offset_slot, vector_features,
+                       vector_kind)
 from .kernels import Kernel
 
 ROUTES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
-#: What a per-(source, GPU) offset is kept for: GEMMs, and each kind of vector kernel (``model``).
-OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{k}" for k in VECTOR_KINDS)
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
 HOST_TIMINGS = ("event", "host")
 WEIGHTS_FORMAT = 1
@@ -37,11 +36,6 @@ def route_of(kernel: Kernel) -> str:
     """Which network predicts a kernel: 'gemm', 'vector', or 'attention' (analytic, not trained)."""
     family = kernel.family
     return family if family in ("gemm", "attention") else "vector"
-
-
-def offset_slot(kernel: Kernel) -> int:
-    """Index in ``OFFSET_SLOTS`` of the offset a kernel gets."""
-    return 0 if route_of(kernel) == "gemm" else OFFSET_SLOTS.index(f"vector:{vector_kind(kernel.op)}")
 
 
 def main_kernel(m: Measurement) -> Kernel:
@@ -88,8 +82,9 @@ class Design:
             sel = mask[row]
             routes[r] = (x[sel], ideal[sel], new_index[row[sel]])
             slots[r] = self.slots[r][sel]
-        return replace(self, slots=slots, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
-                       host_idx=self.host_idx[keep], unit_idx=self.unit_idx[keep], timed_on_host=self.timed_on_host[keep], routes=routes)
+        return replace(self, y_s=self.y_s[keep], weight=self.weight[keep], label_idx=self.label_idx[keep],
+                       host_idx=self.host_idx[keep], unit_idx=self.unit_idx[keep], timed_on_host=self.timed_on_host[keep],
+                       routes=routes, slots=slots)
 
 
 def group_weights(rows: Sequence[Measurement]) -> np.ndarray:
@@ -114,7 +109,7 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
     routes, slots = {}, {}
     for r in ROUTES:
         parts = [(FEATURE_FNS[r]([k for _, k in items], gpus[gpu]), [i for i, _ in items],
-                  [offset_slot(k) for _, k in items])
+                  [OFFSET_SLOTS.index(offset_slot(k.op)) for _, k in items])
                  for (route, gpu), items in sorted(pending.items()) if route == r]
         if parts:
             routes[r] = (np.vstack([p[0][0] for p in parts]), np.concatenate([p[0][1] for p in parts]),
