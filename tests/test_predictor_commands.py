@@ -43,9 +43,16 @@ def test_predict_kernels_writes_predicted_ms(tmp_path, predictor):
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 4 and all(float(r["predicted_ms"]) > 0 for r in rows)
     assert rows[0]["Kernel Name"] == "volta_sgemm_128x64_nn"  # other columns are kept
-    # a bf16 row on a GPU without bf16 is a one-line user error
-    assert main(["predict-kernels", "--gpu", "Tesla_T4", "--input", str(src), "--output", str(out),
-                 "--predictor", predictor]) == 2
+
+
+def test_predict_kernels_dtype_the_gpu_lacks(tmp_path, capsys):
+    """A bf16 GEMM row on a GPU without bf16 is a one-line error naming the file, line and dtype."""
+    src = tmp_path / "in.csv"
+    src.write_text(CSV.replace("ln,,,,,,", "ln,64,,,,1024,"))
+    assert main(["predict-kernels", "--gpu", "Tesla_T4", "--input", str(src), "--output", "-",
+                 "--predictor", "roofline"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{src}: line 3: dtype = 'bf16'" in err and "T4 has no bf16" in err
 
 
 def test_predict_kernels_user_errors(tmp_path, capsys):
