@@ -96,3 +96,13 @@ def test_row_over_l1_scales_with_row_bytes_and_the_gpus_l1():
     assert xa[0] == pytest.approx(np.log2(32 / 192)) and xa[1] == pytest.approx(xa[0] - 1)
     assert xp[0] == pytest.approx(min(np.log2(32 / 24), ft.ROW_OVER_L1_RANGE[1]))
     assert xa[2] == xp[2] == ft.ROW_OVER_L1_RANGE[0]  # not a row-wise op
+
+
+def test_weight_gradient_layout_shares_the_data_gradient_features():
+    """``tn`` GEMMs are only ever timed inside a backward sum, so they get ``nn``'s features (the network
+    cannot learn them apart); ``nt`` stays distinct."""
+    gpu = load_gpu("A100-SXM4-80GB")
+    shape = (1, 1280, 5120, 4096)
+    x = {lay: ft.gemm_features([Kernel("gemm", "bf16", shape, lay)], gpu)[0] for lay in ("nn", "nt", "tn")}
+    assert np.array_equal(x["tn"], x["nn"])
+    assert not np.array_equal(x["nt"], x["nn"])
