@@ -42,6 +42,19 @@ def test_unknown_op_rejected():
         Kernel("nope", "fp32", (1,))
 
 
+@pytest.mark.parametrize("op,shape", [("embedding", (4096, 4096)), ("gemm", (8, 8, 8)),
+                                      ("flash_attn", (1, 2, 16, 16)), ("layernorm", (2, 3, 4))])
+def test_shape_of_the_wrong_length_rejected(op, shape):
+    """A shape an op cannot count is a ValueError at construction (predict-kernels turns it into a
+    one-line error), never an unpacking traceback later."""
+    with pytest.raises(ValueError, match="dimensions"):
+        Kernel(op, "fp16", shape)
+
+
+def test_optimizer_counts_every_element_of_its_shape():
+    assert Kernel("adam", "bf16", (1000, 3)).bytes == Kernel("adam", "bf16", (3000,)).bytes
+
+
 def test_roofline_compute_vs_memory_bound():
     gpu = load_gpu("A100-SXM4-80GB")
     big = gemm(8192, 8192, 8192, "bf16")

@@ -63,6 +63,9 @@ def test_predict_kernels_user_errors(tmp_path, capsys):
     assert "OPName" in capsys.readouterr().err
     assert main(["predict-kernels", "--gpu", "no-such-gpu", "--input", str(src), "--output", "x"]) == 2
     assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(tmp_path / "missing.csv"), "--output", "x"]) == 2
+    src.write_text("OPName,B,H\nembedding,4096,1024\n")  # an embedding needs (tokens, hidden, vocab)
+    assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(src), "--output", "-"]) == 2
+    assert "line 2: OPName = 'embedding'" in capsys.readouterr().err
 
 
 def test_gpu_from_yaml_file(tmp_path):

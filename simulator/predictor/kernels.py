@@ -39,6 +39,10 @@ class Kernel:
             raise ValueError(f"unknown kernel op {self.op!r}")
         if any(int(d) < 0 for d in self.shape):
             raise ValueError(f"negative dimension in {self}")
+        dims = OPS[self.op].dims
+        if len(self.shape) not in dims:
+            raise ValueError(f"{self.op} takes a shape of {' or '.join(map(str, dims))} dimensions"
+                             f"{OPS[self.op].dims_help}, got {tuple(self.shape)}")
 
     @property
     def family(self) -> str:
@@ -64,6 +68,8 @@ class OpClass:
     bytes: Callable[[tuple[int, ...], int], float]
     inputs: int = 1
     cost: str = "cheap"
+    dims: tuple[int, ...] = (1, 2)  # accepted shape lengths: (elements,) or (rows, cols)
+    dims_help: str = ""
 
 
 def _prod(shape: tuple[int, ...]) -> float:
@@ -146,14 +152,17 @@ def _adam_bytes(fused: bool) -> Callable[[tuple[int, ...], int], float]:
         per_param = 28.0 if fused else 72.0
         if e < 4:
             per_param += e
-        return per_param * s[0]
+        return per_param * _prod(s)
 
     return count
 
 
+_FLASH_DIMS = " (batch, heads, query length, key length, head dim, causal 0/1)"
+_EMBEDDING_DIMS = " (tokens, hidden, vocab)"
+
 OPS: dict[str, OpClass] = {
     # GEMMs, forward and backward: the lowering emits one per GEMM with its own shape and layout.
-    "gemm": OpClass("gemm", _gemm_flops, _gemm_bytes, inputs=2),
+    "gemm": OpClass("gemm", _gemm_flops, _gemm_bytes, inputs=2, dims=(4,), dims_help=" (batch, m, n, k)"),
     # Elementwise: binary (two full tensors) and unary; "*_scalar" has a scalar second operand.
     "add": _elementwise(2, 1, "cheap"),
     "mul": _elementwise(2, 1, "cheap"),
@@ -192,16 +201,19 @@ OPS: dict[str, OpClass] = {
     "cross_entropy": _rowwise("softmax", 5, 1, stats_per_row=2),  # logits read; loss + stats written
     "cross_entropy_bwd": _rowwise("softmax", 4, 2, stats_per_row=2),  # read logits, write grad
     # Fused attention (FlashAttention-2): fwd = 2 GEMMs (QK^T, PV); bwd = 5 (recompute QK^T, dV, dP, dQ, dK).
-    "flash_attn": OpClass("attention", lambda s: _flash_flops(s, 2), lambda s, e: _flash_bytes(s, e, 2, 2), 3),
-    "flash_attn_bwd": OpClass("attention", lambda s: _flash_flops(s, 5), lambda s, e: _flash_bytes(s, e, 4, 4), 6),
+    "flash_attn": OpClass("attention", lambda s: _flash_flops(s, 2), lambda s, e: _flash_bytes(s, e, 2, 2), 3,
+                          dims=(6,), dims_help=_FLASH_DIMS),
+    "flash_attn_bwd": OpClass("attention", lambda s: _flash_flops(s, 5), lambda s, e: _flash_bytes(s, e, 4, 4), 6,
+                              dims=(6,), dims_help=_FLASH_DIMS),
     # Memory-bound data movement.
-    "embedding": OpClass("memory", lambda s: 0.0, _embedding_bytes),
-    "embedding_bwd": OpClass("memory", lambda s: s[0] * s[1], _embedding_bwd_bytes),
+    "embedding": OpClass("memory", lambda s: 0.0, _embedding_bytes, dims=(3,), dims_help=_EMBEDDING_DIMS),
+    "embedding_bwd": OpClass("memory", lambda s: s[0] * s[1], _embedding_bwd_bytes, dims=(3,),
+                             dims_help=_EMBEDDING_DIMS),
     "copy": OpClass("memory", lambda s: 0.0, lambda s, e: 2.0 * e * _prod(s)),
     "reduce": OpClass("memory", lambda s: 2.0 * _prod(s), lambda s, e: e * _prod(s)),  # e.g. grad-norm squares
     # Optimizer over a flat shard of parameters (dtype = the model's compute dtype).
-    "adam": OpClass("optimizer", lambda s: 12.0 * s[0], _adam_bytes(True)),
-    "adam_unfused": OpClass("optimizer", lambda s: 12.0 * s[0], _adam_bytes(False)),
+    "adam": OpClass("optimizer", lambda s: 12.0 * _prod(s), _adam_bytes(True)),
+    "adam_unfused": OpClass("optimizer", lambda s: 12.0 * _prod(s), _adam_bytes(False)),
 }
 
 
