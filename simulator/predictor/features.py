@@ -43,8 +43,17 @@ Two feature sets, one per network:
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
   layout, math unit, element size and operand alignment (bytes, up to a 16-byte vector load).
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
-  128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, intensity,
-  element size, op kind and direction.
+  128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, element size,
+  op kind, direction and whether the op is transcendental.
+
+No compute-over-memory balance for vector kernels (stop 13): every measured one sits 4-100x below the
+ridge point, where the balance says nothing about the kernel and much about the GPU (its FP32 rate over
+its bandwidth), and between -4 and -3 (log2) only ops of 1-1.5 FLOP per byte on the GPUs with the lowest
+ridge points did -- Vidur's slow vLLM rotary embedding on the A100 among them, so the shipped weights
+put a bf16 rope or reduction on the A100 SXM4 80GB at 0.42-0.51 of the bandwidth and on the H100 at
+0.93. One-member leave-one-GPU-out runs over all nine chips, seeds 0 / 1: norm fp32 16.2 -> 12.2 /
+16.4 -> 13.5 % (held-out A100 PCIe NeuSight norms 31 -> 11 %, A100 SXM4 Aceso fp32 norms 25 -> 12 %),
+norm fp16 26.3 -> 23.7 / 23.4 -> 25.0 %, other classes within 0.6 pp; target cells 27 -> 27 / 24 -> 26.
 
 Row bytes over L1: a multi-pass row-wise kernel (PyTorch's block softmax reads a row three times, for
 the max, the sum and the output) re-reads the row from L1 while the rows of the resident CTAs fit
@@ -94,7 +103,7 @@ GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_i
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
                  "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes") + tuple(
                      f"layout_{x}" for x in LAYOUTS)
-VECTOR_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_waves", "slot_fill", "log2_row_length",
+VECTOR_FEATURES = ("log2_ideal_us", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
 
@@ -237,7 +246,7 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     waves, fill = vector_waves(blocks, gpu)
     t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-9)
     kind_cols = [np.array([kd == x for kd in kinds], dtype=float) for x in VECTOR_KINDS]
-    cols = [_size(t_ideal), _balance(t_compute, t_memory), np.minimum(_log2(waves), MAX_LOG2_WAVES),
+    cols = [_size(t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES),
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem),
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
             np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float),
