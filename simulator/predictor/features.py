@@ -1,9 +1,9 @@
 """Kernel + GPU -> the MLP's input features and the ideal (roofline at 100 % of peak) time.
 
 The GPU enters only through its specs, and only as *ratios to the kernel*: the ideal time from its
-dtype-aware peak and bandwidth, waves over its SMs (and resident CTAs per SM), the kernel's
-arithmetic intensity over the GPU's ridge point. No name, architecture
-one-hot, raw peak or other per-GPU constant reaches the network. Leave-one-GPU-out experiments with
+dtype-aware peak and bandwidth, waves over its SMs (and resident CTAs per SM), a GEMM's arithmetic
+intensity over the GPU's ridge point, a row's bytes over its L1. No name, architecture one-hot, raw peak
+or other per-GPU constant reaches the network. Leave-one-GPU-out experiments with
 per-GPU physics descriptors (board power per SM-GHz, base over boost clock, FLOP and DRAM bytes per
 clock per SM), fed to the MLP or as a linear term of the logit, all made held-out GPUs worse (the
 A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
