@@ -111,7 +111,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
         raise ConfigError(source, "OPName", None, "required column is missing")
     kernels = [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
     for line, k in enumerate(kernels, start=2):
-        if k.family in ("gemm", "attention") and k.dtype not in gpu.peak_flops_per_s:
+        if k.family in ("gemm", "attention") and not gpu.supports(k.dtype):
             raise ConfigError(source, f"line {line}: dtype", k.dtype, f"{gpu.name} has no {k.dtype} matrix "
                               f"support (it has {', '.join(sorted(gpu.peak_flops_per_s))})")
     if args.calibration and args.predictor != "mlp":

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import (GEMM_FEATURES, VECTOR_FEATURES, gemm_features, offset_slot, peak_flops, throttle_length,
-                       vector_features)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, offset_slot, peak_flops,
+                       throttle_length, vector_features)
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
@@ -103,12 +103,12 @@ class MLPPredictor:
         """(latency, ideal time) of kernels that all go to ``route``: the geometric mean over the
         ensemble members of ``fixed + ideal / sigmoid(logit)``."""
         x, ideal = FEATURE_FNS[route](kernels, gpu)
-        slots = [offset_slot(k.op) for k in kernels]
+        slot_idx = np.array([OFFSET_SLOTS.index(offset_slot(k.op)) for k in kernels])
         logs = []
         for nets, fixed, offsets in zip(self.members, self.member_fixed_s, self.gpu_offsets):
             logit = nets[route].logit(x)
             if gpu.name in offsets:  # a measured GPU keeps what was particular to it
-                offset, slope = np.array([offsets[gpu.name][s] for s in slots]).T
+                offset, slope = np.array([offsets[gpu.name][s] for s in OFFSET_SLOTS])[slot_idx].T
                 logit = logit + offset + slope * throttle_length(ideal)
             logit = np.clip(logit, -30.0, 30.0)
             logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit))))
