@@ -91,6 +91,9 @@ def _registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
         out.append(predictor_commands)
     except ImportError:
         pass
+    from .predictor.collect import register as collect_command  # imports without pydantic: GPU machines
+
+    out.append(collect_command)
     try:
         from .collectives.commands import register as collective_commands
         out.append(collective_commands)

@@ -10,9 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
-#: Bytes per element as stored in memory (tf32 is an fp32 storage format with a tensor-core math mode).
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+from .units import DTYPE_BYTES, DTYPES  # noqa: F401  (re-exported: part of the specs vocabulary)
 
 Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 Architecture = Literal["pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Bytes per element as stored in memory (tf32 is an fp32 storage format with a tensor-core math mode).
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
 #: suffix -> (SI suffix, factor). Decimal prefixes for rates (vendor convention), binary for capacities
 #: where vendors mean binary (``memory_GiB``, ``l2_MiB``).
 UNIT_SUFFIXES: dict[str, tuple[str, float]] = {

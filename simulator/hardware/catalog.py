@@ -4,12 +4,14 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..errors import ConfigError
-from ..specs import GpuSpec, parse_spec
+
+if TYPE_CHECKING:  # specs (pydantic) loads on use: `collect` reads the raw catalog on GPU machines without it
+    from ..specs import GpuSpec
 
 CATALOG_PATH = Path(__file__).with_name("gpus.yaml")
 
@@ -40,6 +42,8 @@ def catalog_names() -> list[str]:
 
 def gpu_from_mapping(raw: dict[str, Any], source: str, prefix: str = "") -> GpuSpec:
     """Build a GpuSpec from a catalog-style mapping (nested ``nvlink``/``pcie`` sections)."""
+    from ..specs import GpuSpec, parse_spec
+
     data = {k: v for k, v in raw.items() if k not in ("aliases", "nvlink", "pcie")}
     for section in ("nvlink", "pcie"):
         sub = raw.get(section) or {}
@@ -50,15 +54,19 @@ def gpu_from_mapping(raw: dict[str, Any], source: str, prefix: str = "") -> GpuS
     return parse_spec(GpuSpec, data, source, prefix)
 
 
-@functools.lru_cache(maxsize=None)
-def load_gpu(name: str) -> GpuSpec:
-    """The catalog entry for ``name`` (any alias, case-insensitive); ConfigError if unknown."""
+def catalog_entry(name: str) -> dict[str, Any]:
+    """The raw catalog mapping for ``name`` (any alias), with ``name`` set to the canonical one."""
     canonical = _index().get(normalise(name))
     if canonical is None:
         known = ", ".join(catalog_names())
         raise ConfigError("GPU catalog", "gpu", name, f"unknown GPU; known: {known}")
-    raw = dict(_raw_catalog()[canonical], name=canonical)
-    return gpu_from_mapping(raw, str(CATALOG_PATH))
+    return dict(_raw_catalog()[canonical], name=canonical)
+
+
+@functools.lru_cache(maxsize=None)
+def load_gpu(name: str) -> GpuSpec:
+    """The catalog entry for ``name`` (any alias, case-insensitive); ConfigError if unknown."""
+    return gpu_from_mapping(catalog_entry(name), str(CATALOG_PATH))
 
 
 def resolve_gpu(value: Any, source: str, field: str = "gpu") -> GpuSpec:

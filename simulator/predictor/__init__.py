@@ -1,9 +1,20 @@
 """Kernel latency prediction: kernel descriptors, the predictor protocol and its implementations."""
-from .base import MemoisedPredictor, Predictor
+from __future__ import annotations
+
 from .kernels import OPS, Kernel
-from .roofline import RooflinePredictor
+
+_LAZY = {"MemoisedPredictor": "base", "Predictor": "base", "RooflinePredictor": "roofline"}
 
 __all__ = ["OPS", "Kernel", "MemoisedPredictor", "Predictor", "RooflinePredictor", "available_predictors", "get_predictor"]
+
+
+def __getattr__(name: str):
+    # Loaded on first use so that ``predictor.collect`` imports without pydantic (GPU machines).
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_LAZY[name]}", __name__), name)
 
 
 def available_predictors() -> list[str]:
@@ -23,6 +34,8 @@ def get_predictor(name: str = "roofline", calibration=None) -> Predictor:
     """A memoised predictor by name: ``mlp`` (shipped weights; optionally with a calibration file
     or mapping from ``simulator collect --quick``) or ``roofline``."""
     from ..errors import PredictorError
+    from .base import MemoisedPredictor
+    from .roofline import RooflinePredictor
 
     if name == "roofline":
         return MemoisedPredictor(RooflinePredictor())

@@ -1,11 +1,16 @@
 """Measure kernels on the local GPU with torch + CUDA events (``simulator collect``).
 
-Needs only torch and numpy. Each kernel is built as a torch call (``BUILDERS``), run ``warmup``
-times, then timed ``repeats`` times with a CUDA event pair around each call; the *median* is kept.
-For small kernels this includes the launch gap (~2-5 us), the same order as the predictor's
-fixed time. Output folder (read back by ``dataset.load_collected``):
+Needs only torch and numpy: this module and its imports load without pydantic, simpy, networkx or
+even pyyaml (the package's ``__init__`` files load lazily), because GPU machines often have just a
+framework. Each kernel is built as a torch call (``BUILDERS``), run ``warmup`` times, then timed
+``repeats`` times with a CUDA event pair around each call; the *median* is kept. For small kernels
+this includes the launch gap (~2-5 us), the same order as the predictor's fixed time. Then a few more
+calls run under the torch profiler, which names the CUDA kernels (so tile choices can be checked
+against cuBLAS's) and sums their device time (``profiled_s``, per call, without launch gaps).
+Output folder (read back by ``dataset.load_collected``):
 
-* ``kernels.csv``: ``op, dtype, shape (b x m x n x k ...), layout, latency_s, kernel_name``
+* ``kernels.csv``: ``op, dtype, shape (b x m x n x k ...), layout, latency_s, kernel_name, profiled_s``,
+  written row by row, so an interrupted run keeps what it measured
 * ``gpu.yaml``: the GPU's catalog entry (found by ``torch.cuda.get_device_name``), or what torch
   reports about an unknown GPU, which the user must complete with datasheet peaks.
 
@@ -14,35 +19,61 @@ shapes and copy bandwidth, for ``predict-kernels --calibration`` (a few seconds 
 """
 from __future__ import annotations
 
+import argparse
 import csv
+import json
 import statistics
+import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
-
-import yaml
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..errors import ConfigError, PredictorError
-from ..specs import GpuSpec
 from .kernels import Kernel
+
+if TYPE_CHECKING:
+    from ..specs import GpuSpec
 
 TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 CALIBRATION_GEMMS = ((1, 8192, 8192, 8192), (1, 4096, 4096, 4096), (1, 8192, 8192, 2048))
 CALIBRATION_COPY = (16384, 16384)  # fp32: 1 GiB read + 1 GiB written
+COLUMNS = ("op", "dtype", "shape", "layout", "latency_s", "kernel_name", "profiled_s")
+PROFILED_CALLS = 3
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """The ``collect`` subcommand (kept here, apart from the other predictor commands, so that it
+    registers on a machine without pydantic)."""
+    p = subparsers.add_parser("collect", help="measure kernels on the local CUDA GPU (needs torch)")
+    p.add_argument("--out", required=True, help="folder to write kernels.csv and gpu.yaml (or calibration.yaml)")
+    p.add_argument("--ops", nargs="*", help="only these kernel ops (default: the whole suite)")
+    p.add_argument("--dtype", nargs="*", dest="dtypes", help="dtypes (default bf16 fp32; --quick: all)")
+    p.add_argument("--quick", action="store_true", help="only calibrate sustained GEMM FLOP/s and copy bandwidth")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip the profiled calls (kernel names and profiled_s stay empty)")
+    p.set_defaults(handler=lambda args: run_collect(Path(args.out), ops=args.ops, dtypes=args.dtypes,
+                                                    quick=args.quick, warmup=args.warmup, repeats=args.repeats,
+                                                    profile=args.profile))
 
 
 # --- Pure parts (tested without a GPU) ---------------------------------------------------------------
 
 def default_suite(ops: Optional[Iterable[str]] = None, dtypes: Iterable[str] = ("bf16", "fp32")) -> list[Kernel]:
     """Transformer-shaped kernels: linear layers fwd/bwd, attention BMMs, flash attention, norms,
-    softmax, elementwise and Adam, for hidden 1024..8192 and 512..16384 tokens."""
+    softmax, elementwise and Adam, for hidden 1024..8192 and 512..16384 tokens. ``tf32`` is a matmul
+    mode, so it adds GEMMs only (its vector kernels would be the fp32 ones again)."""
     out: list[Kernel] = []
     for dtype in dtypes:
+        matmul_only = dtype == "tf32"
         for h in (1024, 2048, 4096, 8192):
             for tokens in (512, 2048, 8192, 16384):
                 for n_in, n_out in ((h, 3 * h), (h, h), (h, 4 * h), (4 * h, h)):
                     out += [Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"),
                             Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
                             Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn")]
+                if matmul_only:
+                    continue
                 for op in ("layernorm", "layernorm_bwd", "rmsnorm", "add", "mul", "gelu", "gelu_bwd", "dropout",
                            "softmax", "softmax_bwd", "silu", "copy"):
                     out.append(Kernel(op, dtype, (tokens, h if op != "gelu" else 4 * h)))
@@ -51,24 +82,43 @@ def default_suite(ops: Optional[Iterable[str]] = None, dtypes: Iterable[str] = (
                 b = max(1, 16384 // seq)
                 out += [Kernel("gemm", dtype, (b * heads, seq, seq, d), "nt"),
                         Kernel("gemm", dtype, (b * heads, seq, d, seq), "nn")]
-                if dtype != "fp32":
+                if dtype not in ("fp32", "tf32"):
                     out += [Kernel(op, dtype, (b, heads, seq, seq, d, 1)) for op in ("flash_attn", "flash_attn_bwd")]
-        out += [Kernel(op, dtype, (p,)) for op in ("adam",) for p in (10**6, 10**7, 10**8, 5 * 10**8)]
+        if not matmul_only:
+            out += [Kernel("adam", dtype, (p,)) for p in (10**6, 10**7, 10**8, 5 * 10**8)]
     if ops:
         wanted = set(ops)
         out = [k for k in out if k.op in wanted]
     return list(dict.fromkeys(out))
 
 
-def write_kernels_csv(path: Path, rows: Iterable[tuple[Kernel, float, str]]) -> None:
+def csv_row(k: Kernel, seconds: float, name: str = "", profiled_s: Optional[float] = None) -> list[str]:
+    return [k.op, k.dtype, "x".join(str(d) for d in k.shape), k.layout, f"{seconds:.6e}", name,
+            "" if profiled_s is None else f"{profiled_s:.6e}"]
+
+
+def write_kernels_csv(path: Path, rows: Iterable[tuple]) -> None:
+    """``rows``: (kernel, seconds, kernel name[, profiled seconds]) tuples."""
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["op", "dtype", "shape", "layout", "latency_s", "kernel_name"])
-        for k, seconds, name in rows:
-            w.writerow([k.op, k.dtype, "x".join(str(d) for d in k.shape), k.layout, f"{seconds:.6e}", name])
+        w.writerow(COLUMNS)
+        for row in rows:
+            w.writerow(csv_row(*row))
+
+
+def write_mapping(path: Path, mapping: dict) -> None:
+    """YAML where pyyaml is installed, else JSON (a subset of YAML, so the readers are the same)."""
+    try:
+        import yaml
+    except ImportError:
+        path.write_text(json.dumps(mapping, indent=1) + "\n")
+        return
+    path.write_text(yaml.safe_dump(mapping, sort_keys=False))
 
 
 def read_gpu_yaml(path: Path) -> GpuSpec:
+    import yaml
+
     from ..hardware.catalog import gpu_from_mapping
 
     if not path.is_file():
@@ -81,6 +131,8 @@ def read_gpu_yaml(path: Path) -> GpuSpec:
 
 def read_calibration(path: Path) -> dict:
     """A calibration file written by ``collect --quick``; ConfigError when unreadable."""
+    import yaml
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), "calibration", str(path), "file not found")
@@ -195,10 +247,10 @@ def builder(k: Kernel) -> Callable:
     return _vector
 
 
-def time_kernel(torch, k: Kernel, dev, warmup: int = 5, repeats: int = 20) -> float:
+def time_kernel(torch, k: Kernel, dev, warmup: int = 5, repeats: int = 20, fn: Optional[Callable] = None) -> float:
     """Median seconds of one call of ``k`` over ``repeats`` CUDA-event timings after ``warmup`` calls."""
     torch.backends.cuda.matmul.allow_tf32 = k.dtype == "tf32"
-    fn = builder(k)(torch, k, dev)
+    fn = fn or builder(k)(torch, k, dev)
     for _ in range(warmup):
         fn()
     samples = []
@@ -212,38 +264,71 @@ def time_kernel(torch, k: Kernel, dev, warmup: int = 5, repeats: int = 20) -> fl
     return median_s(samples)
 
 
+def profile_kernel(torch, fn: Callable, calls: int = PROFILED_CALLS) -> tuple[str, Optional[float]]:
+    """(the CUDA kernels one call launches, ';'-joined in first-seen order; their summed device time
+    per call in seconds) from ``calls`` calls under the torch profiler. Best effort: ("", None) where
+    the profiler is unavailable, so a measurement never fails for want of a name."""
+    try:
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    except Exception:  # noqa: BLE001  (profiler missing or broken on this machine: names are optional)
+        return "", None
+    if not events:
+        return "", None
+    names = list(dict.fromkeys(e.name for e in events))
+    total_us = sum(e.time_range.end - e.time_range.start for e in events)
+    return ";".join(names), total_us * 1e-6 / calls
+
+
 def local_gpu_mapping(torch) -> dict:
     """The catalog entry of the local GPU, or what torch knows about it (peaks must be filled in)."""
-    from ..hardware.catalog import _raw_catalog, load_gpu
-
     name = torch.cuda.get_device_name()
     try:
-        canonical = load_gpu(name).name
-        return dict(_raw_catalog()[canonical], name=canonical)
-    except ConfigError:
+        from ..hardware.catalog import catalog_entry
+
+        return catalog_entry(name)
+    except (ConfigError, ImportError):  # unknown GPU, or no pyyaml to read the catalog
         props = torch.cuda.get_device_properties(0)
         return {"name": name, "sms": props.multi_processor_count, "memory_GiB": props.total_memory / 2**30,
                 "l2_MiB": getattr(props, "L2_cache_size", 0) / 2**20, "todo": "add datasheet clocks, TDP, peaks"}
 
 
 def run_collect(out: Path, ops: Optional[list[str]] = None, dtypes: Optional[list[str]] = None,
-                quick: bool = False, warmup: int = 5, repeats: int = 20, log=print) -> int:
+                quick: bool = False, warmup: int = 5, repeats: int = 20, log=print, profile: bool = True) -> int:
     """Measure the default suite (or calibrate with ``quick``) into ``out``; returns an exit code."""
     torch = _torch()
     dev = torch.device("cuda")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu.yaml").write_text(yaml.safe_dump(local_gpu_mapping(torch), sort_keys=False))
+    write_mapping(out / "gpu.yaml", local_gpu_mapping(torch))
     if quick:
         return _quick(torch, dev, out, dtypes or ["fp32", "tf32", "fp16", "bf16"], log)
-    rows = []
-    for k in default_suite(ops, dtypes or ("bf16", "fp32")):
-        try:
-            rows.append((k, time_kernel(torch, k, dev, warmup, repeats), ""))
-        except (RuntimeError, PredictorError) as exc:  # e.g. out of memory, unsupported dtype
-            log(f"skip {k}: {str(exc).splitlines()[0]}")
-        torch.cuda.empty_cache()
-    write_kernels_csv(out / "kernels.csv", rows)
-    log(f"wrote {len(rows)} kernels to {out / 'kernels.csv'}")
+    suite = default_suite(ops, dtypes or ("bf16", "fp32"))
+    started, done = time.monotonic(), 0
+    with open(out / "kernels.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(COLUMNS)
+        for i, k in enumerate(suite):
+            try:
+                fn = builder(k)(torch, k, dev)
+                seconds = time_kernel(torch, k, dev, warmup, repeats, fn)
+                name, profiled_s = profile_kernel(torch, fn) if profile else ("", None)
+                writer.writerow(csv_row(k, seconds, name, profiled_s))
+                fh.flush()  # a run cut short keeps every finished row
+                done += 1
+            except (RuntimeError, PredictorError) as exc:  # e.g. out of memory, unsupported dtype
+                log(f"skip {k}: {str(exc).splitlines()[0]}")
+            fn = None
+            torch.cuda.empty_cache()
+            if (i + 1) % 50 == 0:
+                log(f"{i + 1}/{len(suite)} kernels, {time.monotonic() - started:.0f} s")
+    log(f"wrote {done} kernels to {out / 'kernels.csv'} in {time.monotonic() - started:.0f} s")
     return 0
 
 
@@ -262,6 +347,6 @@ def _quick(torch, dev, out: Path, dtypes: list[str], log) -> int:
             cal["gemm"][dtype] = entries
     copy = Kernel("copy", "fp32", CALIBRATION_COPY)
     cal["copy"] = {"shape": list(copy.shape), "dtype": "fp32", "bytes_per_s": copy.bytes / time_kernel(torch, copy, dev)}
-    (out / "calibration.yaml").write_text(yaml.safe_dump(cal, sort_keys=False))
+    write_mapping(out / "calibration.yaml", cal)
     log(f"wrote {out / 'calibration.yaml'}")
     return 0

@@ -1,4 +1,4 @@
-"""Predictor subcommands: ``predict-kernels``, ``fit-predictor`` and ``collect``.
+"""Predictor subcommands: ``predict-kernels`` and ``fit-predictor`` (``collect`` lives in ``collect``).
 
 ``register(subparsers)`` adds them to the CLI; each handler returns an exit code and raises
 ``ConfigError`` / ``PredictorError`` for user mistakes (the CLI prints those as one line, status 2).
@@ -37,15 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: the shipped setting, 2)")
     p.set_defaults(handler=fit_predictor)
-
-    p = subparsers.add_parser("collect", help="measure kernels on the local CUDA GPU (needs torch)")
-    p.add_argument("--out", required=True, help="folder to write kernels.csv and gpu.yaml (or calibration.yaml)")
-    p.add_argument("--ops", nargs="*", help="only these kernel ops (default: the whole suite)")
-    p.add_argument("--dtype", nargs="*", dest="dtypes", help="dtypes (default bf16 fp32; --quick: all)")
-    p.add_argument("--quick", action="store_true", help="only calibrate sustained GEMM FLOP/s and copy bandwidth")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.set_defaults(handler=collect)
 
 
 def resolve_gpu_arg(value: str) -> GpuSpec:
@@ -141,10 +132,3 @@ def fit_predictor(args: argparse.Namespace) -> int:
 
     train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print, threads=args.threads)
     return 0
-
-
-def collect(args: argparse.Namespace) -> int:
-    from .collect import run_collect
-
-    return run_collect(Path(args.out), ops=args.ops, dtypes=args.dtypes, quick=args.quick, warmup=args.warmup,
-                       repeats=args.repeats)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..specs import DTYPE_BYTES
+from ..units import DTYPE_BYTES  # not specs: kernels must import without pydantic (collect)
 
 #: Op families: the predictor keeps one model per family.
 FAMILIES = ("gemm", "attention", "elementwise", "softmax", "norm", "memory", "optimizer")
