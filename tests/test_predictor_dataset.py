@@ -89,10 +89,25 @@ def test_collected_folder_round_trip(tmp_path):
                                        "boost_clock_MHz: 1410\ntdp_W: 400\nmemory_GiB: 40\nmemory_bandwidth_GBps: 1555\n"
                                        "l2_MiB: 40\npeak_TFLOPS: {fp32: 19.5, bf16: 312}\n")
     k = Kernel("gemm", "bf16", (1, 64, 64, 64), "nt")
-    write_kernels_csv(tmp_path / "kernels.csv", [(k, 1.5e-5, "")])
+    write_kernels_csv(tmp_path / "kernels.csv", [(k, 1.5e-5, ""), (k, 3e-5, "nvjet_x", 4e-6)])
     rows, gpus = ds.load_collected(tmp_path)
-    assert rows[0].kernels == (k,) and rows[0].latency_s == pytest.approx(1.5e-5)
+    assert rows[0].kernels == (k,) and rows[0].latency_s == pytest.approx(1.5e-5) and rows[0].timing == "event"
+    # The profiler's device time, where recorded, is the measurement (the event median has host dispatch in it).
+    assert (rows[1].latency_s, rows[1].timing, rows[1].kernel_name) == (pytest.approx(4e-6), "kernel", "nvjet_x")
     assert gpus["my-gpu"].sms == 108
+
+
+def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
+    from simulator.predictor.tiling import tile_from_kernel_name
+
+    folders = ds.collected_folders(ds.REPO_ROOT)
+    assert [f.name for f in folders] == ["h200"]
+    rows, gpus = ds.load_collected(folders[0])
+    assert list(gpus) == ["H200-SXM-141GB"] and len(rows) > 1000
+    assert all(m.timing == "kernel" and 0 < m.latency_s < 1 for m in rows)
+    gemms = [m for m in rows if m.kernels[0].family == "gemm"]
+    named = [m for m in gemms if tile_from_kernel_name(m.kernel_name)]
+    assert len(named) > 0.9 * len(gemms)
 
 
 def test_data_hash_is_order_independent(tmp_path):

@@ -12,7 +12,9 @@ from simulator.predictor.kernels import Kernel
 
 @pytest.mark.parametrize("name, tile", [("volta_sgemm_128x64_nn", (64, 128)), ("ampere_sgemm_32x32_sliced1x4_tn", (32, 32)),
                                         ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x128x16_stage4", (128, 64)),
-                                        ("sgemm_128x128x8_NT_vec", (128, 128)), ("vectorized_layer_norm_kernel", None)])
+                                        ("sgemm_128x128x8_NT_vec", (128, 128)), ("vectorized_layer_norm_kernel", None),
+                                        ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopA_TNT", (128, 320)),
+                                        ("Memset (Device);nvjet_sm90_tst_96x128_64x7_2x1_v_bz_TNN", (128, 96))])
 def test_tile_from_kernel_name(name, tile):
     assert tl.tile_from_kernel_name(name) == tile
 

@@ -203,11 +203,11 @@ def load_aceso(root: Path) -> list[Measurement]:
 
 # --- The project's own collections (``simulator collect``) ------------------------------------------
 
-COLLECTED_COLUMNS = ("op", "dtype", "shape", "layout", "latency_s", "kernel_name")
-
-
 def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]:
-    """A folder written by ``simulator collect``: ``kernels.csv`` plus ``gpu.yaml`` (device time, s)."""
+    """A folder written by ``simulator collect``: ``kernels.csv`` plus ``gpu.yaml``. The profiler's
+    device time (``profiled_s``) is the ``kernel`` timing; without it (``collect --no-profile``, or
+    older folders) the CUDA-event median is an ``event`` timing. On the H200 the event median of a
+    small kernel was up to 50x its device time (host dispatch of the torch call and autograd)."""
     from .collect import read_gpu_yaml
 
     gpu = read_gpu_yaml(folder / "gpu.yaml")
@@ -215,8 +215,10 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
     for row in _rows(folder / "kernels.csv"):
         shape = tuple(int(d) for d in row["shape"].split("x"))
         kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout", ""))
-        out.append(Measurement((kernel,), gpu.name, float(row["latency_s"]), folder.name, "kernel",
-                               row["op"], row.get("kernel_name", "")))
+        profiled = row.get("profiled_s") or ""
+        latency, timing = (float(profiled), "kernel") if profiled else (float(row["latency_s"]), "event")
+        out.append(Measurement((kernel,), gpu.name, latency, folder.name, timing, row["op"],
+                               row.get("kernel_name", "")))
     return out, {gpu.name: gpu}
 
 

@@ -158,11 +158,12 @@ def choose_gemm_tile(kernel: Kernel, gpu: GpuSpec, peak_flops_per_s: float) -> G
     return GemmTile(int(tm), int(tn), int(split), bool(sliced))
 
 
-_NAME_TILE = re.compile(r"(?:sgemm|gemm|tilesize|_MT)_?(\d+)x(\d+)", re.IGNORECASE)
+_NAME_TILE = re.compile(r"(?:sgemm|gemm|tilesize|_MT|nvjet_sm\d+_[a-z]+)_?(\d+)x(\d+)", re.IGNORECASE)
 
 
 def tile_from_kernel_name(name: str) -> tuple[int, int] | None:
-    """(tm, tn) from a library kernel name such as ``volta_sgemm_128x64_nn`` (-> (64, 128))."""
+    """(tm, tn) from a library kernel name such as ``volta_sgemm_128x64_nn`` (-> (64, 128)) or
+    Hopper cuBLAS's ``nvjet_sm90_tst_256x128_64x4_1x2_h_bz_TNT`` (-> (128, 256))."""
     found = _NAME_TILE.search(name)
     if not found:
         return None
