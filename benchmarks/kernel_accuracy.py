@@ -241,6 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=tr.SHIPPED.threads,
                    help="torch threads per process (1 when running several processes with --folds side by side)")
     p.add_argument("--resume", action="store_true", help="reuse folds finished by an earlier run with the same settings")
+    p.add_argument("--name", help="results file name (default kernel_accuracy, or kernel_accuracy_quick with --quick)")
     args = p.parse_args(argv)
     defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
         else dict(epochs=tr.SHIPPED.epochs, members=tr.ENSEMBLE, neusight_epochs=20, neusight_width=512,
@@ -261,7 +262,7 @@ def main(argv=None) -> int:
     lines = summarise(results)
     tiles = {k: {g: v for _, (_, t) in results.items() for g, v in t[k].items()} for k in ("ours", "neusight")}
     speed = inference_speed(None)
-    name = "kernel_accuracy_quick" if args.quick else "kernel_accuracy"
+    name = args.name or ("kernel_accuracy_quick" if args.quick else "kernel_accuracy")
     out_dir = ROOT / "benchmarks" / "results"
     shipped = shipped_on_measured(rows, gpus)
     text = markdown(lines, tiles, speed, args, time.time() - start, shipped)
