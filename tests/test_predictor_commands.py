@@ -8,7 +8,7 @@ import pytest
 from simulator.cli import main
 from simulator.errors import ConfigError, PredictorError
 from simulator.predictor import collect
-from simulator.predictor.commands import kernel_from_row
+from simulator.predictor.kernel_csv import kernel_from_row
 from simulator.predictor.kernels import Kernel
 
 CSV = """OPName,B,M,N,K,H,Latency,Kernel Name,dtype
@@ -134,6 +134,9 @@ def test_collect_builders_run_every_suite_op_on_cpu():
     kinds = {(k.op, k.dtype, k.layout, k.family) for k in suite}
     assert {op for op, *_ in kinds} >= {"gemm", "flash_attn", "flash_attn_bwd", "layernorm_bwd", "adam", "rmsnorm"}
     assert all(k.family == "gemm" for k in suite if k.dtype == "tf32")
+    from simulator.predictor.dataset import NEUSIGHT_OPS  # `collect --input` measures NeuSight's test rows
+
+    kinds |= {(op, "fp32", "", Kernel(op, "fp32", (4, 16)).family) for op in NEUSIGHT_OPS.values() if op != "gemm"}
     for op, dtype, layout, family in sorted(kinds):
         shape = TINY.get(family, (100,) if op == "adam" else (4, 16))
         k = Kernel(op, dtype, shape, layout)

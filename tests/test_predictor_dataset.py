@@ -101,7 +101,7 @@ def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
     from simulator.predictor.tiling import tile_from_kernel_name
 
     folders = ds.collected_folders(ds.REPO_ROOT)
-    assert [f.name for f in folders] == ["h200"]
+    assert [f.name for f in folders] == ["h200", "h200-neusight-test"]
     rows, gpus = ds.load_collected(folders[0])
     assert list(gpus) == ["H200-SXM-141GB"] and len(rows) > 1000
     assert all(m.timing == "kernel" and 0 < m.latency_s < 1 for m in rows)

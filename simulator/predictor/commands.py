@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import io
 import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..specs import DTYPES, GpuSpec
-from .kernels import Kernel
-
-#: NeuSight ``OPName`` -> kernel op (``predict-kernels`` also accepts this project's op names).
-NEUSIGHT_NAMES = {"bmm": "gemm", "linear": "gemm", "ln": "layernorm", "addu": "add_scalar", "mulu": "mul_scalar",
-                  "divu": "div_scalar", "powu": "pow_scalar", "VECln": "layernorm", "VECsoftmax": "softmax"}
-
+from ..specs import GpuSpec
+from .kernel_csv import open_text, read_kernel_rows
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict-kernels", help="predict kernel latencies for rows of a CSV (NeuSight format)")
@@ -54,53 +48,12 @@ def resolve_gpu_arg(value: str) -> GpuSpec:
     return resolve_gpu(value, "command line", "--gpu")
 
 
-def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
-    try:
-        return int(float(row[column]))
-    except (KeyError, TypeError, ValueError):
-        raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected an integer") from None
-
-
-def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
-    """One NeuSight-format row -> Kernel. ``bmm``/``linear``: ``A[B,M,N] @ W[B,N,K]`` (N = reduction);
-    vector ops: a B x H tensor; optional ``dtype`` column (default fp32)."""
-    name = (row.get("OPName") or "").strip()
-    dtype = (row.get("dtype") or "fp32").strip() or "fp32"
-    if dtype not in DTYPES:
-        raise ConfigError(source, f"line {line}: dtype", dtype, f"expected one of {', '.join(DTYPES)}")
-    op = NEUSIGHT_NAMES.get(name, name)
-    try:
-        if op == "gemm":
-            b, m, n, k = (_int(row, c, line, source) for c in "BMNK")
-            return Kernel("gemm", dtype, (b if name == "bmm" else 1, m, k, n), "nt" if name == "linear" else "nn")
-        return Kernel(op, dtype, (_int(row, "B", line, source), _int(row, "H", line, source)))
-    except ValueError as exc:  # unknown op or negative dimension
-        raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
-
-
-def _open_text(path: str, mode: str):
-    """A CSV file for reading or writing; ``.gz`` paths are gzip-compressed (NeuSight ships .csv.gz)."""
-    if path.endswith(".gz"):
-        return gzip.open(path, mode + "t", newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
-    return open(path, mode, newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
-
-
 def predict_kernels(args: argparse.Namespace) -> int:
     from . import get_predictor
 
     gpu = resolve_gpu_arg(args.gpu)
     source = args.input
-    try:
-        with _open_text(source, "r") as fh:
-            reader = csv.DictReader(fh)
-            rows, columns = list(reader), list(reader.fieldnames or [])
-    except OSError as exc:
-        raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise ConfigError("command line", "--input", source, f"not a CSV file ({exc.__class__.__name__})") from None
-    if "OPName" not in columns:
-        raise ConfigError(source, "OPName", None, "required column is missing")
-    kernels = [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
+    rows, columns, kernels = read_kernel_rows(source)
     for line, k in enumerate(kernels, start=2):
         if k.family in ("gemm", "attention") and not gpu.supports(k.dtype):
             raise ConfigError(source, f"line {line}: dtype", k.dtype, f"{gpu.name} has no {k.dtype} matrix "
@@ -120,7 +73,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
         sys.stdout.write(text.getvalue())
         return 0
     try:
-        with _open_text(args.output, "w") as fh:
+        with open_text(args.output, "w") as fh:
             fh.write(text.getvalue())
     except OSError as exc:
         raise ConfigError("command line", "--output", args.output, f"cannot write: {exc.strerror}") from None

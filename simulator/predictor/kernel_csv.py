@@ -1,0 +1,63 @@
+"""Kernels listed in NeuSight's CSV format, read by ``predict-kernels`` and ``collect --input``.
+
+Columns: ``OPName`` plus ``B,M,N,K`` (bmm/linear) or ``B,H`` (vector ops), an optional ``dtype``
+(default fp32); others are ignored. Imports no pydantic, so ``collect`` can use it on GPU machines.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+
+from ..errors import ConfigError
+from ..units import DTYPES
+from .kernels import Kernel
+
+#: NeuSight ``OPName`` -> kernel op (``predict-kernels`` also accepts this project's op names).
+NEUSIGHT_NAMES = {"bmm": "gemm", "linear": "gemm", "ln": "layernorm", "addu": "add_scalar", "mulu": "mul_scalar",
+                  "divu": "div_scalar", "powu": "pow_scalar", "VECln": "layernorm", "VECsoftmax": "softmax"}
+
+
+def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
+    try:
+        return int(float(row[column]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected an integer") from None
+
+
+def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
+    """One NeuSight-format row -> Kernel. ``bmm``/``linear``: ``A[B,M,N] @ W[B,N,K]`` (N = reduction);
+    vector ops: a B x H tensor; optional ``dtype`` column (default fp32)."""
+    name = (row.get("OPName") or "").strip()
+    dtype = (row.get("dtype") or "fp32").strip() or "fp32"
+    if dtype not in DTYPES:
+        raise ConfigError(source, f"line {line}: dtype", dtype, f"expected one of {', '.join(DTYPES)}")
+    op = NEUSIGHT_NAMES.get(name, name)
+    try:
+        if op == "gemm":
+            b, m, n, k = (_int(row, c, line, source) for c in "BMNK")
+            return Kernel("gemm", dtype, (b if name == "bmm" else 1, m, k, n), "nt" if name == "linear" else "nn")
+        return Kernel(op, dtype, (_int(row, "B", line, source), _int(row, "H", line, source)))
+    except ValueError as exc:  # unknown op or negative dimension
+        raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
+
+
+def open_text(path: str, mode: str):
+    """A CSV file for reading or writing; ``.gz`` paths are gzip-compressed (NeuSight ships .csv.gz)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, mode + "t", newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
+    return open(path, mode, newline="", encoding="utf-8-sig" if mode == "r" else "utf-8")
+
+
+def read_kernel_rows(source: str) -> tuple[list[dict[str, str]], list[str], list[Kernel]]:
+    """(rows, column names, one kernel per row) of a NeuSight-format CSV; ConfigError when unreadable."""
+    try:
+        with open_text(source, "r") as fh:
+            reader = csv.DictReader(fh)
+            rows, columns = list(reader), list(reader.fieldnames or [])
+    except OSError as exc:
+        raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError("command line", "--input", source, f"not a CSV file ({exc.__class__.__name__})") from None
+    if "OPName" not in columns:
+        raise ConfigError(source, "OPName", None, "required column is missing")
+    return rows, columns, [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
