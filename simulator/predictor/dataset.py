@@ -211,6 +211,7 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
     from .collect import read_gpu_yaml
 
     gpu = read_gpu_yaml(folder / "gpu.yaml")
+    split = "test" if folder.name.endswith("-test") else "train"
     out = []
     for row in _rows(folder / "kernels.csv"):
         shape = tuple(int(d) for d in row["shape"].split("x"))
@@ -218,12 +219,13 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
         profiled = row.get("profiled_s") or ""
         latency, timing = (float(profiled), "kernel") if profiled else (float(row["latency_s"]), "event")
         out.append(Measurement((kernel,), gpu.name, latency, folder.name, timing, row["op"],
-                               row.get("kernel_name", "")))
+                               row.get("kernel_name", ""), split))
     return out, {gpu.name: gpu}
 
 
 def collected_folders(root: Path) -> list[Path]:
-    """Project-measured folders (each with kernels.csv and gpu.yaml) shipped beside the weights."""
+    """Project-measured folders (each with kernels.csv and gpu.yaml) shipped beside the weights. A
+    folder named ``*-test`` is a test split (like NeuSight's test shapes: evaluated, never trained on)."""
     base = Path(__file__).with_name("measured")
     return sorted(p for p in base.glob("*") if (p / "kernels.csv").is_file()) if base.is_dir() else []
 
@@ -236,7 +238,7 @@ def load_all(root: Path, include_test: bool = False) -> tuple[list[Measurement],
     gpus: dict[str, GpuSpec] = {}
     for folder in collected_folders(root):
         extra, specs = load_collected(folder)
-        rows += extra
+        rows += [m for m in extra if include_test or m.split == "train"]
         gpus.update(specs)
     for name in sorted({m.gpu for m in rows} - set(gpus)):
         gpus[name] = load_gpu(name)

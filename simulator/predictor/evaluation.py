@@ -23,8 +23,9 @@ KernelPredictor = Callable[[Sequence[Kernel], GpuSpec], np.ndarray]
 
 
 def dataset_of(m: Measurement) -> str:
-    """Which evaluation set a measurement belongs to."""
-    return "neusight-test" if (m.source, m.split) == ("neusight", "test") else m.source
+    """Which evaluation set a measurement belongs to: NeuSight's test shapes (measured by NeuSight,
+    or by ``collect --input`` into a ``*neusight-test`` folder) are one set on every GPU."""
+    return "neusight-test" if m.split == "test" and "neusight" in m.source else m.source
 
 
 def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], gpus: dict[str, GpuSpec],
