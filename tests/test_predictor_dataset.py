@@ -9,6 +9,7 @@ import pytest
 
 from simulator.errors import ConfigError
 from simulator.predictor import dataset as ds
+from simulator.predictor import evaluation as ev
 from simulator.predictor.aceso import aceso_kernels, aceso_model_shapes
 from simulator.predictor.kernels import Kernel
 
@@ -108,6 +109,10 @@ def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
     gemms = [m for m in rows if m.kernels[0].family == "gemm"]
     named = [m for m in gemms if tile_from_kernel_name(m.kernel_name)]
     assert len(named) > 0.9 * len(gemms)
+    # NeuSight's test shapes measured on the H200: a test split, evaluated beside NeuSight's own, never trained on.
+    test_rows, _ = ds.load_collected(folders[1])
+    assert {m.split for m in test_rows} == {"test"}
+    assert {ev.dataset_of(m) for m in test_rows} == {"neusight-test"}
 
 
 def test_data_hash_is_order_independent(tmp_path):
