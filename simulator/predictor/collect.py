@@ -2,11 +2,12 @@
 
 Needs only torch and numpy: this module and its imports load without pydantic, simpy, networkx or
 even pyyaml (the package's ``__init__`` files load lazily), because GPU machines often have just a
-framework. Each kernel is built as a torch call (``BUILDERS``), run ``warmup`` times, then timed
-``repeats`` times with a CUDA event pair around each call; the *median* is kept. For small kernels
-this includes the launch gap (~2-5 us), the same order as the predictor's fixed time. Then a few more
-calls run under the torch profiler, which names the CUDA kernels (so tile choices can be checked
-against cuBLAS's) and sums their device time (``profiled_s``, per call, without launch gaps).
+framework. Each kernel is built as a torch call (``builder``), run ``warmup`` times, then timed
+``repeats`` times with a CUDA event pair around each call (fewer of both for calls over
+``LONG_CALL_S``); the *median* is kept (``latency_s``). That includes the host's dispatch of the call:
+on the H200, up to 50x a small kernel's device time. Then a few more calls run under the torch
+profiler, which names the CUDA kernels (so tile choices can be checked against cuBLAS's) and sums
+their device time (``profiled_s``, per call, without dispatch gaps; what training reads).
 Output folder (read back by ``dataset.load_collected``):
 
 * ``kernels.csv``: ``op, dtype, shape (b x m x n x k ...), layout, latency_s, kernel_name, profiled_s``,
