@@ -123,14 +123,15 @@ def test_collect_writes_json_gpu_file_without_yaml(tmp_path, monkeypatch):
     assert yaml.safe_load((tmp_path / "gpu.yaml").read_text()) == {"name": "x", "sms": 2}
 
 
-TINY = {"gemm": (2, 8, 16, 8), "attention": (1, 2, 8, 8, 16, 1)}
+TINY = {"gemm": (2, 16, 32, 16), "attention": (1, 2, 8, 8, 16, 1)}
 
 
 def test_collect_builders_run_every_suite_op_on_cpu():
     # Each op of the default suite must have a torch call that runs; checked on small CPU tensors
     # (only the GPU timing needs CUDA).
     torch = pytest.importorskip("torch")
-    suite = collect.default_suite(dtypes=["fp32", "bf16", "tf32"])
+    suite = collect.default_suite(dtypes=["fp32", "bf16", "tf32", "fp8"])
+    assert all((k.op, k.layout, k.shape[0]) == ("gemm", "nt", 1) for k in suite if k.dtype == "fp8")
     kinds = {(k.op, k.dtype, k.layout, k.family) for k in suite}
     assert {op for op, *_ in kinds} >= {"gemm", "flash_attn", "flash_attn_bwd", "layernorm_bwd", "adam", "rmsnorm"}
     assert all(k.family == "gemm" for k in suite if k.dtype == "tf32")
@@ -139,11 +140,12 @@ def test_collect_builders_run_every_suite_op_on_cpu():
     kinds |= {(op, "fp32", "", Kernel(op, "fp32", (4, 16)).family) for op in NEUSIGHT_OPS.values() if op != "gemm"}
     for op, dtype, layout, family in sorted(kinds):
         shape = TINY.get(family, (100,) if op == "adam" else (4, 16))
+        shape = (1, *shape[1:]) if dtype == "fp8" else shape
         k = Kernel(op, dtype, shape, layout)
         result = collect.builder(k)(torch, k, torch.device("cpu"))()
         if family == "gemm":
             b, m, n, _ = shape
-            assert tuple(result.shape) == (b, m, n)
+            assert tuple(result.shape) in ((b, m, n), (m, n))
 
 
 def test_collect_pure_parts(tmp_path):

@@ -34,7 +34,7 @@ from .kernels import Kernel
 if TYPE_CHECKING:
     from ..specs import GpuSpec
 
-TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8_e4m3fn"}
 CALIBRATION_GEMMS = ((1, 8192, 8192, 8192), (1, 4096, 4096, 4096), (1, 8192, 8192, 2048))
 CALIBRATION_COPY = (16384, 16384)  # fp32: 1 GiB read + 1 GiB written
 COLUMNS = ("op", "dtype", "shape", "layout", "latency_s", "kernel_name", "profiled_s")
@@ -77,22 +77,24 @@ def _command(args: argparse.Namespace) -> int:
 def default_suite(ops: Optional[Iterable[str]] = None, dtypes: Iterable[str] = ("bf16", "fp32")) -> list[Kernel]:
     """Transformer-shaped kernels: linear layers fwd/bwd, attention BMMs, flash attention, norms,
     softmax, elementwise and Adam, for hidden 1024..8192 and 512..16384 tokens. ``tf32`` is a matmul
-    mode, so it adds GEMMs only (its vector kernels would be the fp32 ones again)."""
+    mode, so it adds GEMMs only (its vector kernels would be the fp32 ones again); ``fp8`` adds the
+    forward linear GEMMs only (``torch._scaled_mm`` takes one un-batched ``nt`` product)."""
     out: list[Kernel] = []
     for dtype in dtypes:
-        matmul_only = dtype == "tf32"
+        matmul_only = dtype in ("tf32", "fp8")
         for h in (1024, 2048, 4096, 8192):
             for tokens in (512, 2048, 8192, 16384):
                 for n_in, n_out in ((h, 3 * h), (h, h), (h, 4 * h), (4 * h, h)):
-                    out += [Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"),
-                            Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
-                            Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn")]
+                    out.append(Kernel("gemm", dtype, (1, tokens, n_out, n_in), "nt"))
+                    if dtype != "fp8":
+                        out += [Kernel("gemm", dtype, (1, tokens, n_in, n_out), "nn"),
+                                Kernel("gemm", dtype, (1, n_out, n_in, tokens), "tn")]
                 if matmul_only:
                     continue
                 for op in ("layernorm", "layernorm_bwd", "rmsnorm", "add", "mul", "gelu", "gelu_bwd", "dropout",
                            "softmax", "softmax_bwd", "silu", "copy"):
                     out.append(Kernel(op, dtype, (tokens, h if op != "gelu" else 4 * h)))
-        for seq in (1024, 2048, 4096, 8192):
+        for seq in (1024, 2048, 4096, 8192) if dtype != "fp8" else ():
             for heads, d in ((16, 64), (32, 128)):
                 b = max(1, 16384 // seq)
                 out += [Kernel("gemm", dtype, (b * heads, seq, seq, d), "nt"),
@@ -198,6 +200,13 @@ def _torch():
 def _gemm(torch, k: Kernel, dev) -> Callable[[], object]:
     b, m, n, kk = k.shape
     dt = getattr(torch, TORCH_DTYPES[k.dtype])
+    if k.dtype == "fp8":  # e4m3 operands, per-tensor scales, bf16 output (Transformer Engine's forward)
+        if b != 1 or k.layout != "nt":
+            raise PredictorError(f"fp8 GEMMs are measured as un-batched nt products only, not {k}")
+        a = torch.randn(m, kk, device=dev).to(dt)
+        w = torch.randn(n, kk, device=dev).to(dt).t()
+        one = torch.tensor(1.0, device=dev)
+        return lambda: torch._scaled_mm(a, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     a_shape = (b, kk, m) if k.layout == "tn" else (b, m, kk)
     b_shape = (b, n, kk) if k.layout == "nt" else (b, kk, n)
     a, w = torch.randn(a_shape, device=dev, dtype=dt), torch.randn(b_shape, device=dev, dtype=dt)
