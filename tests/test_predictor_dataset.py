@@ -102,7 +102,7 @@ def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
     from simulator.predictor.tiling import tile_from_kernel_name
 
     folders = ds.collected_folders(ds.REPO_ROOT)
-    assert [f.name for f in folders] == ["h200", "h200-neusight-test"]
+    assert [f.name for f in folders] == ["h200", "h200-fp8-fp16-test", "h200-neusight-test"]
     rows, gpus = ds.load_collected(folders[0])
     assert list(gpus) == ["H200-SXM-141GB"] and len(rows) > 1000
     assert all(m.timing == "kernel" and 0 < m.latency_s < 1 for m in rows)
@@ -110,7 +110,7 @@ def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
     named = [m for m in gemms if tile_from_kernel_name(m.kernel_name)]
     assert len(named) > 0.9 * len(gemms)
     # NeuSight's test shapes measured on the H200: a test split, evaluated beside NeuSight's own, never trained on.
-    test_rows, _ = ds.load_collected(folders[1])
+    test_rows, _ = ds.load_collected(folders[2])
     assert {m.split for m in test_rows} == {"test"}
     assert {ev.dataset_of(m) for m in test_rows} == {"neusight-test"}
 
