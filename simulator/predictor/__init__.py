@@ -1,7 +1,12 @@
 """Kernel latency prediction: kernel descriptors, the predictor protocol and its implementations."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .kernels import OPS, Kernel
+
+if TYPE_CHECKING:
+    from .base import Predictor
 
 _LAZY = {"MemoisedPredictor": "base", "Predictor": "base", "RooflinePredictor": "roofline"}
 
