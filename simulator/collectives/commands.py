@@ -100,6 +100,9 @@ def _load(args: argparse.Namespace):
 
 def rows_for(topo, op: str, group: tuple[int, ...], sizes: list[int], algorithm=None, protocol=None,
              model: str = "closed") -> list[dict]:
+    """One row per size. ``paths`` counts the independent routes the model spreads the collective over
+    (one per NIC rail across nodes; one through an NVSwitch, which carries the full bandwidth): not
+    NCCL's channel count, which also splits work that shares a route."""
     rows = []
     for size in sizes:
         try:
@@ -117,7 +120,7 @@ def rows_for(topo, op: str, group: tuple[int, ...], sizes: list[int], algorithm=
         algbw = size / time_s / 1e9 if time_s > 0 else None
         rows.append(dict(size_bytes=size, time_s=time_s, algbw=algbw,
                          busbw=None if algbw is None else algbw * BUSBW_FACTOR[op](len(group)),
-                         algorithm=est.algorithm, protocol=est.protocol, channels=est.channels))
+                         algorithm=est.algorithm, protocol=est.protocol, paths=est.channels))
     return rows
 
 
@@ -126,11 +129,11 @@ def _gbps(x: float | None) -> str:
 
 
 def format_rows(title: str, rows: list[dict]) -> str:
-    head = f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} {'protocol':<8} channels"
+    head = f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} {'protocol':<8} paths"
     lines = [f"# {title}", "#" + head[1:]]
     for r in rows:
         lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {_gbps(r['algbw'])} {_gbps(r['busbw'])}  "
-                     f"{r['algorithm']:<12} {r['protocol']:<8} {r['channels']}")
+                     f"{r['algorithm']:<12} {r['protocol']:<8} {r['paths']}")
     return "\n".join(lines)
 
 
