@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..specs import GpuSpec
 from .kernel_csv import open_text, read_kernel_rows
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict-kernels", help="predict kernel latencies for rows of a CSV (NeuSight format)")
     p.add_argument("--gpu", required=True, help="catalog GPU name or a GPU YAML file")

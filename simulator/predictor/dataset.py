@@ -221,7 +221,7 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
     from .collect import read_gpu_yaml
 
     gpu = read_gpu_yaml(folder / "gpu.yaml")
-    split = "test" if folder.name.endswith("-test") else "train"
+    split = collected_split(folder)
     out = []
     for row in _rows(folder / "kernels.csv"):
         shape = tuple(int(d) for d in row["shape"].split("x"))
@@ -231,6 +231,11 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
         out.append(Measurement((kernel,), gpu.name, latency, folder.name, timing, row["op"],
                                row.get("kernel_name", ""), split))
     return out, {gpu.name: gpu}
+
+
+def collected_split(folder: Path) -> str:
+    """``test`` for a folder named ``*-test`` (evaluated, never trained on), else ``train``."""
+    return "test" if folder.name.endswith("-test") else "train"
 
 
 def collected_folders(root: Path) -> list[Path]:
@@ -247,9 +252,10 @@ def load_all(root: Path, include_test: bool = False) -> tuple[list[Measurement],
         rows += load_neusight(root, "test")
     gpus: dict[str, GpuSpec] = {}
     for folder in collected_folders(root):
-        extra, specs = load_collected(folder)
-        rows += [m for m in extra if include_test or m.split == "train"]
-        gpus.update(specs)
+        if include_test or collected_split(folder) == "train":
+            extra, specs = load_collected(folder)
+            rows += extra
+            gpus.update(specs)
     for name in sorted({m.gpu for m in rows} - set(gpus)):
         gpus[name] = load_gpu(name)
     return rows, gpus
