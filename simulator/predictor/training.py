@@ -141,6 +141,29 @@ class FitConfig:
     threads: int = 2
 
 
+#: Kernel time assumed when starting a label's timing overhead (``initial_overheads_s``).
+INIT_UTILISATION, INIT_FIXED_S = 0.7, 2e-6
+INIT_OVERHEAD_RANGE_S = (2e-6, 1e-3)
+
+
+def initial_overheads_s(d: Design) -> np.ndarray:
+    """Starting value of each host/event-timed label's overhead: the median, over the tenth of its
+    measurements with the least ideal time, of what a kernel at ``INIT_UTILISATION`` of the roofline
+    leaves unexplained (clipped to ``INIT_OVERHEAD_RANGE_S``)."""
+    ideal, count = np.zeros(len(d)), np.zeros(len(d))
+    for x, t, row in d.routes.values():
+        np.add.at(ideal, row, t)
+        np.add.at(count, row, 1.0)
+    residual = d.y_s - ideal / INIT_UTILISATION - INIT_FIXED_S * count
+    out = np.full(max(len(d.labels), 1), 1.3e-5)
+    for j in range(len(d.labels)):
+        idx = np.flatnonzero(d.timed_on_host & (d.label_idx == j))
+        if len(idx):
+            small = idx[np.argsort(ideal[idx], kind="stable")[:max(5, len(idx) // 10)]]
+            out[j] = np.clip(np.median(residual[small]), *INIT_OVERHEAD_RANGE_S)
+    return out
+
+
 def _feature_stats(x: np.ndarray) -> tuple[np.ndarray, ...]:
     """(mean, std, min, max) per feature column of the training data."""
     if len(x) == 0:
@@ -177,7 +200,8 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)
     specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
-    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units), len(OFFSET_SLOTS))
+    model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units), len(OFFSET_SLOTS),
+                        initial_overheads_s(d))
     tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
                for r, (x, ideal, row) in d.routes.items()}
     slots = {r: torch.as_tensor(v) for r, v in d.slots.items()}
