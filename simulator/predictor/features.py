@@ -80,6 +80,18 @@ beside in Aceso's BMM backward. One-member leave-one-GPU-out runs over all nine 
 target cells 25 -> 27 of 76 (sharing ``nt``'s: 24), class means within 1.3 pp (bmm fp32 17.4 -> 18.7 %,
 bmm tf32 15.0 -> 13.9 %).
 
+Tried and not kept (stop 16): a lower bound on the vector kernels' size feature (``log2_ideal_us`` >= -1, i.e.
+0.5 us, so that the network cannot give the smallest kernels a utilisation of their own and the host
+floor of NeuSight's and Aceso's small readings must go to the timing overheads). One-member
+leave-one-GPU-out runs over all ten chips, seeds 0 / 1, against the overhead start alone: held-out H200
+norm fp32 149 -> 31 / 278 -> 29 %, elementwise fp32 63 -> 22 / 144 -> 17 %, class means norm fp32
+25 -> 15 %, elementwise fp32 13 -> 10 / 20 -> 10 % -- but the H200's bf16 adds, muls and copies of
+2-16 MB came out at 10-160x their time (elementwise bf16 73 -> 471-1856 %): at 4.8 TB/s their ideal
+times sit below those of every training GPU's kernels with as many waves, and the network, made to
+give Vidur's 3-4 us tiny fp16 kernels a low utilisation at the bound, extrapolated a bump there. Also
+bounding the last-wave fill below (>= 0.25) or letting Vidur's ops carry a per-op overhead did not
+remove the bump.
+
 Working set over L2 is left out of both: the A100's 40 MB L2 is alone in its range, so the ratio
 confounds "big kernel on a big-L2 GPU" with "small kernel" (held-out A100 errors grew with it).
 """
