@@ -116,18 +116,17 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log):
     evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes
     weights = fold_weights(group, d, train, args, log)
     mlp = MLPPredictor(weights)
-    overhead = mlp.meta["timing_overhead_s"]
-    preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, overhead),
+    preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, mlp.meta),
              "mlp+cal": np.zeros(len(test_rows)),
-             "roofline": ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, overhead)}
+             "roofline": ev.predict_measurements(RooflinePredictor().latency_s, test_rows, gpus, mlp.meta)}
     # Calibrated per GPU *and evaluation set*: collect --quick runs on the machine, at the time, of
     # the kernels it corrects (NeuSight's P4 reaches 0.19 of peak on large GEMMs in its training
     # split but 0.70 in its test split: one session's throttling must not calibrate another's).
     for gpu, dataset in sorted({(m.gpu, ev.dataset_of(m)) for m in test_rows}):
         idx = [i for i, m in enumerate(test_rows) if (m.gpu, ev.dataset_of(m)) == (gpu, dataset)]
         own = [test_rows[i] for i in idx]
-        cal = MLPPredictor(weights, calibration=ev.emulated_calibration(own, overhead))
-        preds["mlp+cal"][idx] = ev.predict_measurements(cal.latency_s, own, gpus, overhead)
+        cal = MLPPredictor(weights, calibration=ev.emulated_calibration(own, mlp.meta))
+        preds["mlp+cal"][idx] = ev.predict_measurements(cal.latency_s, own, gpus, mlp.meta)
     sub = [test_rows[i] for i in evaluated]
     table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
     table["neusight"], neusight_tiles = fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log)
@@ -154,10 +153,9 @@ def shipped_on_measured(rows, gpus) -> list[dict]:
     only), but the GPU, and its per-GPU offsets, are not -- this is not leave-one-GPU-out."""
     test = [m for m in rows if ev.dataset_of(m) == "neusight-test"]
     mlp = MLPPredictor()
-    overhead = mlp.meta["timing_overhead_s"]
-    tables = {"mlp": ev.mape_by_group(test, ev.predict_measurements(mlp.latency_s, test, gpus, overhead)),
+    tables = {"mlp": ev.mape_by_group(test, ev.predict_measurements(mlp.latency_s, test, gpus, mlp.meta)),
               "roofline": ev.mape_by_group(test, ev.predict_measurements(RooflinePredictor().latency_s, test, gpus,
-                                                                          overhead))}
+                                                                          mlp.meta))}
     return [{"gpu": k[0], "class": k[2], "dtype": k[3], "n": n, "mlp": round(v, 1),
              "roofline": round(tables["roofline"][k][0], 1)} for k, (v, n) in sorted(tables["mlp"].items())]
 

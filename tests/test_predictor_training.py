@@ -60,7 +60,7 @@ def test_fit_export_and_load(tmp_path):
                           for m in models]
         ks = [k for m in rows[:10] if m.gpu == rows[0].gpu for k in m.kernels if tr.route_of(k) == route]
         np.testing.assert_allclose(mlp.latency_s(ks, gpus[rows[0].gpu]), np.exp(np.mean(per_member, axis=0)), rtol=1e-4)
-    assert mlp.meta["members"] == 2 and "syn:op" in mlp.meta["timing_overhead_s"]
+    assert mlp.meta["members"] == 2 and "syn:op" in mlp.meta["timing_overhead_s"] and "syn:op" in mlp.meta["timing_floor_s"]
     slopes = [s for member in mlp.meta["gpu_offsets"] for routes in member.values() for _, s in routes.values()]
     assert slopes and max(slopes) <= 0.0  # throttling only ever slows a kernel down
     assert all(set(per_gpu) == set(tr.OFFSET_SLOTS) for member in mlp.meta["gpu_offsets"] for per_gpu in member.values())
@@ -94,3 +94,27 @@ def test_neusight_baseline_smoke():
     model = NeuSightBaseline(epochs=1, width=16, depth=3).fit(single, gpus)
     p = model.predict(rows, gpus)
     assert p.shape == (len(rows),) and (p >= 0).all()
+
+
+def test_timed_reading_is_additive_then_a_floor():
+    """p = 0: overhead + kernel; p > 0: overhead + smooth max(kernel, floor), which tends to the floor for
+    tiny kernels and to the kernel for long ones; numpy and torch agree."""
+    k = np.array([1e-7, 1e-6, 1e-5, 1e-4, 1e-3])
+    o, f = np.full(5, 5e-6), np.full(5, 20e-6)
+    np.testing.assert_allclose(tr.timed_reading_s(k, o, f, 0.0, np), o + k)
+    smooth = tr.timed_reading_s(k, o, f, 4.0, np)
+    assert (np.diff(smooth) > 0).all() and (smooth >= o + np.maximum(k, f)).all()
+    assert smooth[0] == pytest.approx(25e-6, rel=1e-3) and smooth[-1] == pytest.approx(1e-3 + 5e-6, rel=1e-3)
+    as_torch = tr.timed_reading_s(*(torch.tensor(a) for a in (k, o, f)), 4.0, torch).numpy()
+    np.testing.assert_allclose(as_torch, smooth)
+
+
+def test_emulated_calibration_inverts_the_timing():
+    """The calibration reads a host-timed kernel's own time back out of the reading."""
+    from simulator.predictor import evaluation as ev
+
+    k = Kernel("add", "fp32", (8192, 8192))
+    timing = {"timing_overhead_s": {"s:op": 5e-6}, "timing_floor_s": {"s:op": 20e-6}, "timing_p": 4.0}
+    reading = float(tr.timed_reading_s(np.array([300e-6]), np.array([5e-6]), np.array([20e-6]), 4.0, np)[0])
+    cal = ev.emulated_calibration([Measurement((k,), "T4", reading, "s", "host", "op")], timing)
+    assert cal["copy"]["bytes_per_s"] == pytest.approx(k.bytes / 300e-6, rel=1e-6)

@@ -13,10 +13,11 @@ Timing methods (what the number includes besides device kernel time):
 * ``host``     -- host clock around the call and a synchronize: kernel time plus dispatch, launch and
                   synchronisation of every kernel. Aceso (Sailor).
 
-Training models the difference as an additive per-source overhead (``training``); the predictor
-itself predicts device kernel time.
+Training reads a host- or event-timed measurement as an overhead plus the smooth maximum of its kernel
+time and a floor, per (source, label) (``model`` has the formula and the evidence); the predictor itself
+predicts device kernel time.
 
-Tried and not kept (stop 12): since launches are asynchronous, a host- or event-timed reading could
+Stop 12 tried the maximum alone and did not keep it then (stop 16 keeps it with an additive part): since launches are asynchronous, a host- or event-timed reading could
 be the *longer* of the host's dispatch and the kernels rather than their sum (Aceso's layer norm
 forward reads a flat 55-100 us on every GPU until its kernel outgrows it). A smooth maximum
 ``(k^p + o^p)^(1/p)``, with each label's overhead started at its shortest reading (started at 13 us

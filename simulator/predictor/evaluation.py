@@ -1,10 +1,11 @@
 """Leave-one-GPU-out evaluation helpers (used by ``benchmarks/kernel_accuracy.py`` and tests).
 
-A measurement is predicted as the sum of its kernels' predicted latencies plus the timing overhead
-its source adds (``dataset`` explains the timing methods; the overhead per ``source:label`` is
-fitted with the model on the *training* GPUs and shipped in its metadata). The same overhead is
-added to every predictor that predicts device time (MLP, roofline), so the comparison is between
-kernel models; the NeuSight baseline regresses the measured latency directly, as the original does.
+A measurement is predicted as the sum of its kernels' predicted latencies read through its source's
+timing (``training.timed_reading_s``: an overhead plus a smooth maximum with a floor; ``dataset``
+explains the timing methods; the terms per ``source:label`` are fitted with the model on the *training*
+GPUs and shipped in its metadata). The same timing is applied to every predictor that predicts device
+time (MLP, roofline), so the comparison is between kernel models; the NeuSight baseline regresses the
+measured latency directly, as the original does.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..specs import GpuSpec
 from .dataset import Measurement
 from .kernels import Kernel
 from .tiling import choose_gemm_tile, tile_from_kernel_name
-from .training import HOST_TIMINGS, main_kernel, op_class
+from .training import HOST_TIMINGS, main_kernel, op_class, timed_reading_s
 
 KernelPredictor = Callable[[Sequence[Kernel], GpuSpec], np.ndarray]
 
@@ -28,9 +29,20 @@ def dataset_of(m: Measurement) -> str:
     return "neusight-test" if m.split == "test" and "neusight" in m.source else m.source
 
 
+def _timing_terms(rows: Sequence[Measurement], timing: dict) -> tuple[np.ndarray, np.ndarray, float]:
+    """(additive overhead, floor, p) of each measurement under the weights' timing metadata
+    (``timing_overhead_s``, ``timing_floor_s``, ``timing_p``; 0 for device-timed readings)."""
+    def per_row(key: str) -> np.ndarray:
+        table = timing.get(key) or {}
+        return np.array([table.get(f"{m.source}:{m.label}", 0.0) if m.timing in HOST_TIMINGS else 0.0 for m in rows])
+
+    return per_row("timing_overhead_s"), per_row("timing_floor_s"), float(timing.get("timing_p", 0.0))
+
+
 def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], gpus: dict[str, GpuSpec],
-                         overhead_s: Optional[dict[str, float]] = None) -> np.ndarray:
-    """Sum of kernel predictions per measurement (one batch per GPU) plus the source's overhead."""
+                         timing: Optional[dict] = None) -> np.ndarray:
+    """Sum of kernel predictions per measurement (one batch per GPU), read through the source's timing
+    (``training.timed_reading_s``) with the terms in ``timing`` (the weights' metadata)."""
     out = np.zeros(len(rows))
     by_gpu: dict[str, list[tuple[int, Kernel]]] = defaultdict(list)
     for i, m in enumerate(rows):
@@ -38,9 +50,8 @@ def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], 
     for gpu, items in sorted(by_gpu.items()):
         t = predict([k for _, k in items], gpus[gpu])
         np.add.at(out, [i for i, _ in items], t)
-    if overhead_s:
-        out += np.array([overhead_s.get(f"{m.source}:{m.label}", 0.0) if m.timing in HOST_TIMINGS else 0.0
-                         for m in rows])
+    if timing:
+        out = timed_reading_s(out, *_timing_terms(rows, timing), np)
     return out
 
 
@@ -52,11 +63,12 @@ def _calibration_like(shape: tuple[int, ...]) -> bool:
     return b == 1 and min(dims) >= 512 and all(x % 64 == 0 for x in dims) and max(dims) <= 16 * min(dims)
 
 
-def emulated_calibration(rows: Sequence[Measurement], overhead_s: dict[str, float], per_dtype: int = 3) -> dict:
+def emulated_calibration(rows: Sequence[Measurement], timing: dict, per_dtype: int = 3) -> dict:
     """What ``collect --quick`` would report, read off a GPU's own measurements: per GEMM dtype the
     achieved FLOP/s of the ``per_dtype`` single-kernel GEMMs closest in FLOPs to the calibration
     shapes (~1 TFLOP) among those shaped like them (see ``_calibration_like``), and the bandwidth
-    of its largest binary elementwise kernel (measured time minus the source's timing overhead)."""
+    of its largest binary elementwise kernel (its kernel time read out of the source's timing with the
+    terms in ``timing``, the weights' metadata)."""
     target = np.log(2.0 * 8192**3)
     gemms: dict[str, list[Measurement]] = defaultdict(list)
     copy: Optional[Measurement] = None
@@ -69,9 +81,16 @@ def emulated_calibration(rows: Sequence[Measurement], overhead_s: dict[str, floa
         if k.op in ("add", "mul") and (copy is None or k.bytes > copy.kernels[0].bytes):
             copy = m
 
+    overhead, floor, p = _timing_terms(rows, timing)
+    index = {id(m): i for i, m in enumerate(rows)}
+
     def device_s(m: Measurement) -> float:
-        extra = overhead_s.get(f"{m.source}:{m.label}", 0.0) if m.timing in HOST_TIMINGS else 0.0
-        return max(m.latency_s - extra, 0.5 * m.latency_s)
+        """The reading's kernel time: the inverse of ``timed_reading_s`` (at least half the reading)."""
+        i = index[id(m)]
+        y, o, f = m.latency_s, overhead[i], floor[i]
+        rest = y - o
+        k = rest if p <= 0 else rest * max(1.0 - (f / rest) ** p, 0.0) ** (1.0 / p) if rest > f else 0.0
+        return max(k, 0.5 * y)
 
     cal: dict = {"gemm": {}}
     for dtype, ms in sorted(gemms.items()):

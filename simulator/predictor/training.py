@@ -128,6 +128,11 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
         slots=slots)
 
 
+#: A host- or event-timed reading is an overhead plus the smooth maximum (this p) of kernel time and a floor
+#: (``model``, ``timed_reading_s``).
+TIMING_P = 4.0
+
+
 @dataclass(frozen=True)
 class FitConfig:
     epochs: int = 30
@@ -139,11 +144,23 @@ class FitConfig:
     hidden: tuple[int, ...] = (64, 64, 64)
     seed: int = 0
     threads: int = 2
+    timing_p: float = TIMING_P
 
 
 #: Kernel time assumed when starting a label's timing overhead (``initial_overheads_s``).
 INIT_UTILISATION, INIT_FIXED_S = 0.7, 2e-6
 INIT_OVERHEAD_RANGE_S = (2e-6, 1e-3)
+
+
+def timed_reading_s(kernel_s, overhead_s, floor_s, p: float, xp):
+    """What a host- or event-timed reading shows for kernels taking ``kernel_s`` in all: an additive
+    overhead plus the smooth maximum ``(k^p + f^p)^(1/p)`` of the kernel time and a floor (``model``
+    explains why); with ``p`` = 0 the floor is ignored. ``xp`` is numpy or torch: the same formula
+    serves training and evaluation."""
+    if p <= 0:
+        return overhead_s + kernel_s
+    m = xp.maximum(kernel_s, floor_s)
+    return overhead_s + m * ((kernel_s / m) ** p + (floor_s / m) ** p) ** (1.0 / p)
 
 
 def initial_overheads_s(d: Design) -> np.ndarray:
@@ -201,7 +218,7 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
     rng = np.random.default_rng(config.seed)
     specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
     model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units), len(OFFSET_SLOTS),
-                        initial_overheads_s(d))
+                        initial_overheads_s(d), config.timing_p)
     tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
                for r, (x, ideal, row) in d.routes.items()}
     slots = {r: torch.as_tensor(v) for r, v in d.slots.items()}
@@ -219,13 +236,15 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
         total = 0.0
         for lo in range(0, len(d), config.batch_rows):
             batch = order[lo:lo + config.batch_rows]
-            pred = model.overhead_s(li[batch], hi[batch], timed[batch])
+            overhead = model.overhead_s(li[batch], hi[batch], timed[batch])
+            pred = torch.zeros_like(overhead[:, 0])
             for r, (x, ideal, _) in tensors.items():
                 kernels, local = _gather(index[r], batch)
                 if len(kernels):
                     local = torch.as_tensor(local)
                     t = model.kernel_latency_s(r, x[kernels], ideal[kernels], ui[batch][local], slots[r][kernels])
                     pred = pred.index_add(0, local, t)
+            pred = timed_reading_s(pred, overhead[:, 0], overhead[:, 1], config.timing_p, torch)
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
                     + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope() ** 2).mean()))
@@ -253,7 +272,8 @@ def predict_rows(model, d: Design, with_overhead: bool = True) -> np.ndarray:
                 out.index_add_(0, torch.as_tensor(row), t)
         if with_overhead:
             zero = torch.zeros(len(d), dtype=torch.long)
-            out += model.overhead_s(torch.tensor(d.label_idx), zero, torch.tensor(d.timed_on_host)).double()
+            overhead = model.overhead_s(torch.tensor(d.label_idx), zero, torch.tensor(d.timed_on_host)).double()
+            out = timed_reading_s(out, overhead[:, 0], overhead[:, 1], model.timing_p, torch)
     return out.numpy()
 
 
@@ -274,11 +294,13 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
         with torch.no_grad():
             fixed.append({r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()})
             n = len(d.labels)
-            overheads.append(model.label_overhead_s(torch.arange(n)).numpy())
+            overheads.append(model.label_overhead_s(torch.arange(n)).numpy().reshape(-1, 2))
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
     overhead = np.mean(overheads, axis=0) if d.labels else []
-    meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), features={r: list(f) for r, f in ROUTES.items()},
-                fixed_s=fixed, gpu_offsets=gpu_offsets, timing_overhead_s={lab: round(float(v), 9) for lab, v in zip(d.labels, overhead)})
+    meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), timing_p=models[0].timing_p,
+                features={r: list(f) for r, f in ROUTES.items()},
+                fixed_s=fixed, gpu_offsets=gpu_offsets, timing_overhead_s={lab: round(float(v[0]), 9) for lab, v in zip(d.labels, overhead)},
+                timing_floor_s={lab: round(float(v[1]), 9) for lab, v in zip(d.labels, overhead)})
     (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
@@ -344,7 +366,7 @@ def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None,
 
     shipped = MLPPredictor(out_dir)
     meta["validation_mape"] = error_table(val_rows, predict_measurements(
-        shipped.latency_s, val_rows, gpus, shipped.meta["timing_overhead_s"]))
+        shipped.latency_s, val_rows, gpus, shipped.meta))
     export(models, d.subset(~val), out_dir, meta)
     if log:
         log(f"wrote {out_dir / 'kernel_mlp.npz'} and kernel_mlp.json")
