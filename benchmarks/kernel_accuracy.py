@@ -18,8 +18,11 @@ On 2 cores, run the folds as two single-threaded processes (two 2-thread process
 cores and run about 5x slower), then assemble the table from their caches:
 
     python benchmarks/kernel_accuracy.py --threads 1 --resume --folds ampere-108sm,ampere-82sm,pascal-20sm,turing-68sm,volta-80sm &
-    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds ampere-84sm,pascal-56sm,turing-40sm,turing-72sm &
+    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds hopper-132sm,ampere-84sm,pascal-56sm,turing-40sm,turing-72sm &
     wait; python benchmarks/kernel_accuracy.py --resume
+
+An MLP experiment (one member, another seed) reuses the cached NeuSight baselines and takes about
+5 minutes for all ten folds on one core: ``--members 1 --seed 1 --threads 1 --resume --name NAME``.
 """
 from __future__ import annotations
 
@@ -65,13 +68,16 @@ def neusight_tile_match(model: NeuSightBaseline, rows, gpus) -> dict[str, tuple[
 
 
 CACHE = Path(tempfile.gettempdir()) / "simulator-kernel-accuracy"
-SETTINGS = ("quick", "epochs", "members", "neusight_epochs", "neusight_width", "neusight_rows")
+#: The settings each cached result depends on: an MLP experiment (``--members 1 --seed 1``) reuses the
+#: NeuSight baselines, which take most of a full run.
+SETTINGS = {"mlp": ("quick", "epochs", "members", "seed"),
+            "neusight.json": ("quick", "neusight_epochs", "neusight_width", "neusight_rows")}
 
 
 def cache_path(group: str, args, what: str) -> Path:
     """Where a fold's trained MLP (``mlp``, a weights folder) or NeuSight result (``neusight.json``)
     is kept for ``--resume``: a full run takes about an hour and a half on two cores."""
-    return CACHE / f"{group}-{'-'.join(str(getattr(args, k)) for k in SETTINGS)}-{what}"
+    return CACHE / f"{group}-{'-'.join(str(getattr(args, k)) for k in SETTINGS[what])}-{what}"
 
 
 def fold_weights(group, d, train, args, log) -> Path:
@@ -79,8 +85,8 @@ def fold_weights(group, d, train, args, log) -> Path:
     path = cache_path(group, args, "mlp")
     if not (args.resume and (path / "kernel_mlp.npz").is_file()):
         start = time.time()
-        models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs, threads=args.threads),
-                                 args.members)
+        models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs, threads=args.threads,
+                                                          seed=args.seed), args.members)
         tr.export(models, d.subset(train), path, {"fold": group})
         log(f"{group}: mlp trained in {time.time() - start:.0f} s")
     return path
@@ -184,7 +190,7 @@ def summarise(results: dict) -> list[dict]:
 def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: float, shipped: list[dict]) -> str:
     out = ["# Kernel latency accuracy, leave one GPU out", "",
            f"Command: `python benchmarks/kernel_accuracy.py{' --quick' if args.quick else ''}` "
-           f"(epochs {args.epochs}, ensemble {args.members}, NeuSight epochs {args.neusight_epochs}, "
+           f"(epochs {args.epochs}, ensemble {args.members}, seed {args.seed}, NeuSight epochs {args.neusight_epochs}, "
            f"width {args.neusight_width}, max rows {args.neusight_rows}); "
            + ("folds trained by earlier runs and reused with `--resume` (a full run: about 1.5 h on 2 cores "
               "as two `--threads 1 --folds ...` processes)." if args.resume else
@@ -233,6 +239,7 @@ def main(argv=None) -> int:
     p.add_argument("--folds", help="comma-separated held-out groups (default: all)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--members", type=int)
+    p.add_argument("--seed", type=int, default=tr.SHIPPED.seed, help="seed of the first ensemble member")
     p.add_argument("--neusight-epochs", type=int)
     p.add_argument("--neusight-width", type=int)
     p.add_argument("--neusight-rows", type=int)
