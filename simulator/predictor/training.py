@@ -238,15 +238,8 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
         total = 0.0
         for lo in range(0, len(d), config.batch_rows):
             batch = order[lo:lo + config.batch_rows]
-            overhead = model.overhead_s(li[batch], hi[batch], timed[batch])
-            pred = torch.zeros_like(overhead[:, 0])
-            for r, (x, ideal, _) in tensors.items():
-                kernels, local = _gather(index[r], batch)
-                if len(kernels):
-                    local = torch.as_tensor(local)
-                    t = model.kernel_latency_s(r, x[kernels], ideal[kernels], ui[batch][local], slots[r][kernels])
-                    pred = pred.index_add(0, local, t)
-            pred = timed_reading_s(pred, overhead[:, 0], overhead[:, 1], config.timing_p, torch)
+            pred = _reading_s(model, _kernel_sum_s(model, tensors, index, slots, ui, batch),
+                              li[batch], hi[batch], timed[batch])
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
                     + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope() ** 2).mean()))
@@ -258,6 +251,20 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
         if log:
             log(f"epoch {epoch + 1}/{config.epochs} loss {total / len(d):.4f} ({time.time() - start:.0f} s)")
     return model
+
+
+def _kernel_sum_s(model, tensors, index, slots, unit_idx, batch):
+    """Predicted kernel time of each measurement in ``batch``, summed over its kernels (torch)."""
+    import torch
+
+    out = torch.zeros(len(batch))
+    for r, (x, ideal, _) in tensors.items():
+        kernels, local = _gather(index[r], batch)
+        if len(kernels):
+            local = torch.as_tensor(local)
+            t = model.kernel_latency_s(r, x[kernels], ideal[kernels], unit_idx[batch][local], slots[r][kernels])
+            out = out.index_add(0, local, t)
+    return out
 
 
 def predict_rows(model, d: Design, with_overhead: bool = True) -> np.ndarray:
@@ -273,10 +280,18 @@ def predict_rows(model, d: Design, with_overhead: bool = True) -> np.ndarray:
                                            torch.tensor(ideal, dtype=torch.float32)).double()
                 out.index_add_(0, torch.as_tensor(row), t)
         if with_overhead:
-            zero = torch.zeros(len(d), dtype=torch.long)
-            overhead = model.overhead_s(torch.tensor(d.label_idx), zero, torch.tensor(d.timed_on_host)).double()
-            out = timed_reading_s(out, overhead[:, 0], overhead[:, 1], model.timing_p, torch)
+            out = _reading_s(model, out, torch.tensor(d.label_idx), torch.zeros(len(d), dtype=torch.long),
+                             torch.tensor(d.timed_on_host))
     return out.numpy()
+
+
+def _reading_s(model, kernel_s, label_idx, host_idx, timed_on_host):
+    """Summed kernel times of measurements read through their source's timing (``timed_reading_s``
+    with the model's overheads, floors and p)."""
+    import torch
+
+    overhead = model.overhead_s(label_idx, host_idx, timed_on_host).to(kernel_s.dtype)
+    return timed_reading_s(kernel_s, overhead[:, 0], overhead[:, 1], model.timing_p, torch)
 
 
 def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
