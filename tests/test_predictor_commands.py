@@ -22,6 +22,8 @@ softmax,4096,,,,512,0.01,y,fp16
 def test_row_conversion():
     assert kernel_from_row({"OPName": "bmm", "B": "2", "M": "3", "N": "4", "K": "5"}, 2, "f") == \
         Kernel("gemm", "fp32", (2, 3, 5, 4), "nn")
+    assert kernel_from_row({"OPName": "linear", "B": "2", "M": "3", "N": "4", "K": "5"}, 2, "f") == \
+        Kernel("gemm", "fp32", (1, 6, 5, 4), "nt")  # nn.Linear over B x M rows
     assert kernel_from_row({"OPName": "gelu", "B": "2", "H": "7", "dtype": "bf16"}, 2, "f") == Kernel("gelu", "bf16", (2, 7))
     with pytest.raises(ConfigError, match="line 3"):
         kernel_from_row({"OPName": "conv", "B": "1", "H": "1"}, 3, "f")

@@ -52,6 +52,7 @@ from ..errors import ConfigError
 from ..hardware.catalog import load_gpu
 from ..specs import GpuSpec
 from .aceso import aceso_kernels, aceso_model_shapes
+from .kernel_csv import kernel_from_row
 from .kernels import Kernel
 
 DATA_ENV = "SIMULATOR_DATA"
@@ -114,13 +115,8 @@ def _rows(path: Path) -> Iterator[dict[str, str]]:
 # --- NeuSight: fp32, Latency in ms, torch.bmm/nn.Linear with N as the reduction dim -------------------
 
 def neusight_kernel(op: str, row: dict[str, str]) -> Kernel:
-    """Kernel of one NeuSight row. bmm/linear ``A[B,M,N] @ W[B,N,K]`` -> gemm ``(b=B, m=M, n=K, k=N)``;
-    linear stores its weight as ``[out, in]`` (layout ``nt``). Vector ops are a ``B x H`` tensor."""
-    kop = NEUSIGHT_OPS[op]
-    if kop == "gemm":
-        b, m, n, k = (int(row[c]) for c in "BMNK")
-        return Kernel("gemm", "fp32", (b, m, k, n), "nt" if op == "linear" else "nn")
-    return Kernel(kop, "fp32", (int(row["B"]), int(row["H"])))
+    """Kernel of one NeuSight row (fp32; the conversion ``predict-kernels`` uses, ``kernel_csv``)."""
+    return kernel_from_row(dict(row, OPName=op, dtype="fp32"), 0, "NeuSight data")
 
 
 def load_neusight(root: Path, split: str = "train") -> list[Measurement]:

@@ -25,8 +25,10 @@ def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
 
 
 def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
-    """One NeuSight-format row -> Kernel. ``bmm``/``linear``: ``A[B,M,N] @ W[B,N,K]`` (N = reduction);
-    vector ops: a B x H tensor; optional ``dtype`` column (default fp32)."""
+    """One NeuSight-format row -> Kernel. ``bmm``: ``A[B,M,N] @ W[B,N,K]`` (N = reduction) -> gemm
+    ``(b=B, m=M, n=K, k=N)``; ``linear``: ``A[B,M,N] @ W^T`` with the weight stored ``[out, in]``
+    (layout ``nt``), one GEMM over B x M rows; vector ops: a B x H tensor; optional ``dtype`` column
+    (default fp32)."""
     name = (row.get("OPName") or "").strip()
     dtype = (row.get("dtype") or "fp32").strip() or "fp32"
     if dtype not in DTYPES:
@@ -35,7 +37,9 @@ def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
     try:
         if op == "gemm":
             b, m, n, k = (_int(row, c, line, source) for c in "BMNK")
-            return Kernel("gemm", dtype, (b if name == "bmm" else 1, m, k, n), "nt" if name == "linear" else "nn")
+            if name == "linear":
+                return Kernel("gemm", dtype, (1, b * m, k, n), "nt")
+            return Kernel("gemm", dtype, (b, m, k, n), "nn")
         return Kernel(op, dtype, (_int(row, "B", line, source), _int(row, "H", line, source)))
     except ValueError as exc:  # unknown op or negative dimension
         raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
