@@ -60,6 +60,17 @@ def test_bigger_kernels_are_not_faster(mlp):
         assert t[-1] > 4 * t[0]
 
 
+@pytest.mark.parametrize("gpu_name", ["H100-SXM5-80GB", "B200", "L4"])
+def test_vector_kernels_grow_with_size_on_unmeasured_gpus(mlp, gpu_name):
+    """Regression guard (stop 17 of issue 3): with an uncapped size feature, a held-out H200 got bf16 copies of
+    16 MB predicted 10x their time and slower than copies 4x larger."""
+    gpu = load_gpu(gpu_name)
+    for op in ("copy", "add", "gelu", "layernorm", "softmax"):
+        for dtype in ("fp32", "bf16"):
+            t = mlp.latency_s([Kernel(op, dtype, (2**i, 1024)) for i in range(6, 17)], gpu)
+            assert (t[1:] >= 0.9 * t[:-1]).all(), (op, dtype, t)  # up to 10 % wiggle among the tiniest
+
+
 def test_calibration_rescales_towards_the_measured_rate(mlp):
     gpu = load_gpu("L4")
     k = Kernel("gemm", "bf16", (1, 8192, 8192, 8192), "nn")
