@@ -44,7 +44,7 @@ from simulator.predictor import evaluation as ev  # noqa: E402
 from simulator.predictor import training as tr  # noqa: E402
 from simulator.predictor.dataset import data_dir, load_all  # noqa: E402
 from simulator.predictor.kernels import Kernel  # noqa: E402
-from simulator.predictor.mlp import MLPPredictor  # noqa: E402
+from simulator.predictor.mlp import FEATURES, MLPPredictor  # noqa: E402
 from simulator.predictor.neusight import NeuSightBaseline, _query, build_tile_tables  # noqa: E402
 from simulator.predictor.roofline import RooflinePredictor  # noqa: E402
 from simulator.predictor.tiling import tile_from_kernel_name  # noqa: E402
@@ -80,10 +80,16 @@ def cache_path(group: str, args, what: str) -> Path:
     return CACHE / f"{group}-{'-'.join(str(getattr(args, k)) for k in SETTINGS[what])}-{what}"
 
 
+def _same_features(weights: Path) -> bool:
+    """Whether cached fold weights were trained with the features this code computes (else retrain)."""
+    meta = json.loads((weights / "kernel_mlp.json").read_text())
+    return meta.get("features") == {route: list(names) for route, names in FEATURES.items()}
+
+
 def fold_weights(group, d, train, args, log) -> Path:
     """The fold's MLP ensemble, trained on the other GPUs and exported like the shipped weights."""
     path = cache_path(group, args, "mlp")
-    if not (args.resume and (path / "kernel_mlp.npz").is_file()):
+    if not (args.resume and (path / "kernel_mlp.npz").is_file() and _same_features(path)):
         start = time.time()
         models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs, threads=args.threads,
                                                           seed=args.seed), args.members)
