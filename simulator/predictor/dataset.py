@@ -17,9 +17,10 @@ Training reads a host- or event-timed measurement as an overhead plus the smooth
 time and a floor, per (source, label) (``model`` has the formula and the evidence); the predictor itself
 predicts device kernel time.
 
-Stop 12 tried the maximum alone and did not keep it then (stop 16 keeps it with an additive part): since launches are asynchronous, a host- or event-timed reading could
-be the *longer* of the host's dispatch and the kernels rather than their sum (Aceso's layer norm
-forward reads a flat 55-100 us on every GPU until its kernel outgrows it). A smooth maximum
+Stop 12 tried the maximum alone and did not keep it then (stop 16 keeps it with an additive part):
+since launches are asynchronous, a host- or event-timed reading could be the *longer* of the host's
+dispatch and the kernels rather than their sum (Aceso's layer norm forward reads a flat 55-100 us on
+every GPU until its kernel outgrows it). A smooth maximum
 ``(k^p + o^p)^(1/p)``, with each label's overhead started at its shortest reading (started at 13 us
 it stayed there and the networks made small kernels slow instead), gave one-member leave-one-GPU-out
 runs over all nine chips (seeds 0 / 1) of 22 / 24 target cells with p = 8 and 24 / 21 with p = 3,

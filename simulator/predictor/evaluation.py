@@ -89,8 +89,11 @@ def emulated_calibration(rows: Sequence[Measurement], timing: dict, per_dtype: i
         i = index[id(m)]
         y, o, f = m.latency_s, overhead[i], floor[i]
         rest = y - o
-        k = rest if p <= 0 else rest * max(1.0 - (f / rest) ** p, 0.0) ** (1.0 / p) if rest > f else 0.0
-        return max(k, 0.5 * y)
+        if p <= 0:  # a plain sum
+            return max(rest, 0.5 * y)
+        if rest <= f:  # at or under the floor: the reading says nothing about the kernel
+            return 0.5 * y
+        return max(rest * (1.0 - (f / rest) ** p) ** (1.0 / p), 0.5 * y)
 
     cal: dict = {"gemm": {}}
     for dtype, ms in sorted(gemms.items()):
