@@ -73,6 +73,18 @@ def test_ideal_time_is_the_roofline_at_full_peak():
     assert ideal[0] == pytest.approx(bound)
 
 
+def test_misaligned_tensor_gemms_on_tma_gpus_are_bounded_by_the_mma_sync_rate():
+    aligned, odd_k = Kernel("gemm", "bf16", (1, 4096, 4096, 4096), "nt"), Kernel("gemm", "bf16", (1, 4096, 4096, 4095), "nt")
+    h100, a100 = load_gpu("H100-SXM5-80GB"), load_gpu("A100-SXM4-80GB")
+    _, ideal = ft.gemm_features([aligned, odd_k], h100)
+    assert ideal[0] == pytest.approx(aligned.flops / h100.peak_flops_per_s["bf16"])
+    assert ideal[1] == pytest.approx(odd_k.flops / (2 * 1024 * h100.sms * h100.boost_clock_hz))
+    _, ideal = ft.gemm_features([aligned, odd_k], a100)  # Ampere's own kernels are mma.sync at any alignment
+    assert ideal[1] == pytest.approx(odd_k.flops / a100.peak_flops_per_s["bf16"])
+    _, ideal = ft.gemm_features([Kernel("gemm", "fp32", (1, 4096, 4096, 4095), "nt")], h100)  # CUDA cores
+    assert ideal[0] == pytest.approx(odd_k.flops / h100.peak_flops_per_s["fp32"])
+
+
 def test_gpu_enters_only_through_specs():
     """Two GPUs with identical specs but different names get identical features."""
     a = load_gpu("A100-SXM4-40GB")

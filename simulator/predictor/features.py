@@ -37,6 +37,14 @@ than the roofline at 100 % nor below the fixed launch cost. Tiles and waves ente
 wave-quantised time over ``t_ideal`` among them) rather than in the bound: a wave model built on a
 guessed tile is not a safe lower bound (5-10 % of the measured GEMMs run faster than it).
 
+One exception to datasheet peaks (stop 18): on Hopper and Blackwell a tensor-core GEMM whose operands are off
+the 16-byte grid cannot use TMA / wgmma, and cuBLAS runs it with Ampere kernels; its peak is then
+``mma.sync``'s rate (``gemm_peaks``), about half of the H100's. No training GEMM is affected (every Hopper
+one in the data is aligned), so weights are unchanged. The held-out H200's NeuSight-shape bf16 linear layers
+whose dimensions are odd or 2 mod 4 (measured at 2.8-3.7x the datasheet roofline) went from 65 to 38 %
+error, the class from 22.7 to 17.6 %; its misaligned attention BMMs (196-token sequences, 2.4-2.7x) moved
+little, 52 -> 48 %, as most are memory-bound at either peak.
+
 Two feature sets, one per network:
 
 * ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
@@ -216,14 +224,37 @@ def alignment_bytes(dims: np.ndarray, elem_bytes: np.ndarray) -> np.ndarray:
     return np.minimum(elem_bytes * (g & -g), MAX_ALIGNMENT_BYTES)
 
 
+#: Architectures whose fast tensor-core GEMMs (wgmma / tcgen05 fed by TMA) need every operand row on a
+#: 16-byte boundary. cuBLAS runs other GEMMs with its Ampere kernels (the H200's bf16 GEMMs with a
+#: dimension that is not a multiple of 8 ran as ``cutlass_80_tensorop_*_align2``, aligned ones as
+#: ``nvjet_sm90_*``), which issue ``mma.sync``.
+TMA_ARCHITECTURES = ("hopper", "blackwell")
+#: Dense FMAs per SM per clock of ``mma.sync``: GA100's (A100 datasheet: 312 / 156 TFLOP/s fp16 / tf32 at
+#: 1.41 GHz on 108 SMs). Hopper's own rate per SM-clock is twice this only through wgmma; FlashAttention-2,
+#: built on mma.sync, reaches ~35 % of H100 peak (Shah et al. 2024) against 73 % of A100 peak (Dao 2023),
+#: i.e. about the same share of this rate on both.
+MMA_SYNC_FMA_PER_SM_CLOCK = {"fp16": 1024, "bf16": 1024, "tf32": 512}
+
+
+def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+    """Matrix FLOP/s each GEMM can reach: the dtype's datasheet rate, or, on a TMA architecture with
+    operands off the 16-byte grid, the ``mma.sync`` rate of the Ampere kernels the library falls back to."""
+    peaks = np.array([peak_flops(d, "gemm", gpu) for d in dtypes])
+    if gpu.architecture not in TMA_ARCHITECTURES:
+        return peaks
+    legacy = np.array([2.0 * MMA_SYNC_FMA_PER_SM_CLOCK.get(d, np.inf) * gpu.sms * gpu.boost_clock_hz for d in dtypes])
+    return np.where(np.asarray(align_bytes) < MAX_ALIGNMENT_BYTES, np.minimum(peaks, legacy), peaks)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES)], ideal time s [N]) for GEMM kernels of one dtype or several."""
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
-    peaks = np.array([peak_flops(d, "gemm", gpu) for d in dtypes])
     tensor = np.array([d != "fp32" and gpu.architecture != "pascal" for d in dtypes])
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
+    align = alignment_bytes(shapes[:, 1:], elem)
+    peaks = gemm_peaks(dtypes, align, gpu)
     tiles = np.zeros((n, 4), dtype=np.int64)
     for unit, peak_key in (("simt", False), ("tensor", True)):
         for peak in np.unique(peaks[tensor == peak_key]):
@@ -248,7 +279,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(alignment_bytes(shapes[:, 1:], elem))] + layout
+            _log2(align)] + layout
     return np.column_stack(cols), t_ideal
 
 
