@@ -309,7 +309,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
             for key, value in export_net(net).items():
                 arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
         with torch.no_grad():
-            fixed.append({r: float(torch.exp(p)) for r, p in model.log_fixed_s.items()})
+            fixed.append({r: float(torch.exp(model.log_fixed_s)) for r in model.nets})
             n = len(d.labels)
             overheads.append(model.label_overhead_s(torch.arange(n)).numpy().reshape(-1, 2))
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
