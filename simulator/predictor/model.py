@@ -85,7 +85,7 @@ time per network, the GEMM network's went to 4.7 us when the H200 was held out (
 where the H200 runs a whole tiny GEMM in 2.9-3.5 us: no tiny GEMM is device-timed in the other sources
 (Vidur's smallest are GEMVs reading 4 MB or more of weights, 6 us on the A100 and 10 us on the A40), so
 the constant stood in for those GEMVs' low bandwidth, and every small GEMM on a fast GPU paid for it.
-Shared, the vector kernels pin it (2.1 us in that fold) and the network explains the GEMVs. One-member
+Shared, the vector kernels pin it (2.1-2.3 us in that fold) and the network explains the GEMVs. One-member
 leave-one-GPU-out over all ten chips, seeds 0 / 1: class means bmm bf16 18.3 -> 16.6 / 17.8 -> 16.5 %,
 linear bf16 15.0 -> 12.3 / 16.4 -> 14.7 %, linear fp8 11.9 -> 9.4 / 12.3 -> 10.6 %, the others within
 +-0.7 pp; target cells 29 -> 31 / 29 -> 28 of 98 (the cells moving either way were within 0.5 pp of a
@@ -94,7 +94,8 @@ at 2 us instead did the same for the GEMMs (linear bf16 12.4 / 14.6 %) but is a 
 """
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import torch
 from torch import nn
 
@@ -146,7 +147,7 @@ class KernelModel(nn.Module):
         super().__init__()
         self.timing_p = timing_p
         self.nets = nn.ModuleDict({r: UtilisationMLP(n, stats, hidden) for r, (n, stats) in routes.items()})
-        self.log_fixed_s = nn.Parameter(torch.tensor(float(np.log(2e-6))))
+        self.log_fixed_s = nn.Parameter(torch.tensor(math.log(2e-6)))
         # Per label: (additive overhead, floor), each softplus(raw) x OVERHEAD_SCALE_S.
         start = torch.full((max(n_labels, 1),), 1.3e-5)
         if overhead_init_s is not None and len(overhead_init_s):
