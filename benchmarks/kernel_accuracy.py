@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.predictor import evaluation as ev  # noqa: E402
 from simulator.predictor import training as tr  # noqa: E402
-from simulator.predictor.dataset import data_dir, load_all  # noqa: E402
+from simulator.predictor.dataset import data_dir, data_hash, load_all  # noqa: E402
 from simulator.predictor.kernels import Kernel  # noqa: E402
 from simulator.predictor.mlp import FEATURES, MLPPredictor  # noqa: E402
 from simulator.predictor.neusight import NeuSightBaseline, _query, build_tile_tables  # noqa: E402
@@ -80,29 +80,31 @@ def cache_path(group: str, args, what: str) -> Path:
     return CACHE / f"{group}-{'-'.join(str(getattr(args, k)) for k in SETTINGS[what])}-{what}"
 
 
-def _same_features(weights: Path) -> bool:
-    """Whether cached fold weights were trained with the features this code computes (else retrain)."""
+def _cached_for(weights: Path, rows_hash: str) -> bool:
+    """Whether cached fold weights were trained with the features this code computes and on the data it
+    loads (``rows_hash``: every measurement, evaluated or trained on); else retrain."""
     meta = json.loads((weights / "kernel_mlp.json").read_text())
-    return meta.get("features") == {route: list(names) for route, names in FEATURES.items()}
+    return (meta.get("features") == {route: list(names) for route, names in FEATURES.items()}
+            and meta.get("rows_hash") == rows_hash)
 
 
-def fold_weights(group, d, train, args, log) -> Path:
+def fold_weights(group, d, train, rows_hash, args, log) -> Path:
     """The fold's MLP ensemble, trained on the other GPUs and exported like the shipped weights."""
     path = cache_path(group, args, "mlp")
-    if not (args.resume and (path / "kernel_mlp.npz").is_file() and _same_features(path)):
+    if not (args.resume and (path / "kernel_mlp.npz").is_file() and _cached_for(path, rows_hash)):
         start = time.time()
         models = tr.fit_ensemble(d.subset(train), replace(tr.SHIPPED, epochs=args.epochs, threads=args.threads,
                                                           seed=args.seed), args.members)
-        tr.export(models, d.subset(train), path, {"fold": group})
+        tr.export(models, d.subset(train), path, {"fold": group, "rows_hash": rows_hash})
         log(f"{group}: mlp trained in {time.time() - start:.0f} s")
     return path
 
 
-def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
+def fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash, args, log):
     """(MAPE table, tile-match rates) of the NeuSight baseline trained on the fold's training GPUs."""
     path = cache_path(group, args, "neusight.json")
-    if args.resume and path.is_file():
-        saved = json.loads(path.read_text())
+    saved = json.loads(path.read_text()) if args.resume and path.is_file() else {}
+    if saved.get("rows_hash") == rows_hash:
         return ({tuple(k.split("|")): tuple(v) for k, v in saved["table"].items()},
                 {g: tuple(v) for g, v in saved["tiles"].items()})
     start = time.time()
@@ -113,7 +115,8 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log):
     tiles = neusight_tile_match(neusight, test_rows, gpus)
     log(f"{group}: neusight trained in {time.time() - start:.0f} s")
     CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"table": {"|".join(k): v for k, v in table.items()}, "tiles": tiles}))
+    path.write_text(json.dumps({"table": {"|".join(k): v for k, v in table.items()}, "tiles": tiles,
+                                "rows_hash": rows_hash}))
     return table, tiles
 
 
@@ -126,7 +129,8 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log):
     train = np.array([g != group and m.split == "train" for g, m in zip(groups, rows)])
     test_rows = [m for g, m in zip(groups, rows) if g == group]
     evaluated = [i for i, m in enumerate(test_rows) if ev.dataset_of(m) != "neusight"]  # not the train shapes
-    weights = fold_weights(group, d, train, args, log)
+    rows_hash = data_hash(rows)
+    weights = fold_weights(group, d, train, rows_hash, args, log)
     mlp = MLPPredictor(weights)
     preds = {"mlp": ev.predict_measurements(mlp.latency_s, test_rows, gpus, mlp.meta),
              "mlp+cal": np.zeros(len(test_rows)),
@@ -141,7 +145,8 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log):
         preds["mlp+cal"][idx] = ev.predict_measurements(cal.latency_s, own, gpus, mlp.meta)
     sub = [test_rows[i] for i in evaluated]
     table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
-    table["neusight"], neusight_tiles = fold_neusight(group, rows, gpus, train, test_rows, evaluated, args, log)
+    table["neusight"], neusight_tiles = fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash,
+                                                      args, log)
     return table, {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tiles}
 
 
