@@ -62,6 +62,10 @@ def test_aceso_decomposition():
     (sm,) = aceso_kernels("enc-attention-softmax", "bwd", "fp16", s)  # causal: reads half of grad and output
     assert sm.op == "softmax_causal_bwd" and sm.bytes == pytest.approx(2 * (2 * 32 * 2048 * 2049 / 2 + 32 * 2048 * 2048))
     assert aceso_kernels("gpt-post-process", "fwd", "fp16", s) == ()
+    # Norm backward: the input gradient (3 tensors) and the gamma/beta gradient (2 more reads).
+    ln = aceso_kernels("enc-1st-layernorm", "bwd", "fp32", s)
+    assert [k.op for k in ln] == ["layernorm_bwd", "norm_weight_bwd"]
+    assert [k.bytes // (4 * 4096 * 1024) for k in ln] == [3, 2]
 
 
 def test_aceso_loader_skips_tp_and_failed_ops(tmp_path):
@@ -113,6 +117,18 @@ def test_shipped_h200_collection_loads_and_names_its_gemm_tiles():
     test_rows, _ = ds.load_collected(folders[2])
     assert {m.split for m in test_rows} == {"test"}
     assert {ev.dataset_of(m) for m in test_rows} == {"neusight-test"}
+
+
+def test_collected_softmax_backward_is_the_mul_and_row_kernel_the_profiler_saw():
+    k = Kernel("softmax_bwd", "bf16", (2048, 1024))
+    names = ("void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, "
+             "c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >();"
+             "void (anonymous namespace)::softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10>()")
+    assert ds.collected_kernels(k, names) == (Kernel("mul", "bf16", (2048, 1024)), k)
+    assert ds.collected_kernels(k, "void softmax_warp_backward<float>()") == (k,)
+    rows, _ = ds.load_collected(ds.collected_folders(ds.REPO_ROOT)[0])
+    sm = [m for m in rows if m.label == "softmax_bwd"]
+    assert sm and all([x.op for x in m.kernels] == ["mul", "softmax_bwd"] for m in sm)
 
 
 def test_data_hash_is_order_independent(tmp_path):

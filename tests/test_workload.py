@@ -59,6 +59,16 @@ def test_swiglu_rmsnorm_rope_variants():
     assert {"swiglu", "rmsnorm", "rope"} <= set(ops)
 
 
+def test_norm_backward_is_input_then_weight_gradient_kernels():
+    for norm in ("layernorm", "rmsnorm"):
+        m = tiny_model(norm=norm)
+        ops = [s.kernel.op for s in layer_backward(make_shard(m, PlanSpec(dtype="fp32"))) if isinstance(s, Compute)]
+        assert ops.count(f"{norm}_bwd") == 2 and ops.count("norm_weight_bwd") == 2
+        assert ops[ops.index(f"{norm}_bwd") + 1] == "norm_weight_bwd"
+        # torch's unfused softmax backward multiplies grad by output before its row kernel
+        assert ops[ops.index("softmax_bwd") - 1] == "mul"
+
+
 def test_loss_all_reduces_only_with_tp():
     m = tiny_model()
     assert not any(isinstance(s, Collective) for s in head_forward(make_shard(m, PlanSpec())))

@@ -90,7 +90,10 @@ def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
     g = gemm_dtype or dtype
     rows_attn = s.batch * s.heads * SEQ_LEN
     if name in ("1st-layernorm", "2nd-layernorm"):
-        return (Kernel("layernorm" if direction == "fwd" else "layernorm_bwd", dtype, (s.tokens, s.hidden)),)
+        shape = (s.tokens, s.hidden)
+        if direction == "fwd":
+            return (Kernel("layernorm", dtype, shape),)
+        return Kernel("layernorm_bwd", dtype, shape), Kernel("norm_weight_bwd", dtype, shape)
     if name == "attention-qkv":
         return _linear(direction, g, s.tokens, s.hidden, 3 * s.hidden)
     if name == "attention-dense":

@@ -226,9 +226,19 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
         kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout", ""))
         profiled = row.get("profiled_s") or ""
         latency, timing = (float(profiled), "kernel") if profiled else (float(row["latency_s"]), "event")
-        out.append(Measurement((kernel,), gpu.name, latency, folder.name, timing, row["op"],
-                               row.get("kernel_name", ""), split))
+        names = row.get("kernel_name", "")
+        out.append(Measurement(collected_kernels(kernel, names), gpu.name, latency, folder.name, timing,
+                               row["op"], names, split))
     return out, {gpu.name: gpu}
+
+
+def collected_kernels(kernel: Kernel, kernel_names: str) -> tuple[Kernel, ...]:
+    """The kernels one collected call ran, as the profiler named them (';'-joined): torch's softmax
+    backward computes ``grad * output`` with an elementwise Mul kernel before its row kernel (every
+    ``softmax_bwd`` row of the H200 suite), so the reading is a ``mul`` and a ``softmax_bwd``."""
+    if kernel.op == "softmax_bwd" and "MulFunctor" in kernel_names:
+        return Kernel("mul", kernel.dtype, kernel.shape), kernel
+    return (kernel,)
 
 
 def collected_split(folder: Path) -> str:

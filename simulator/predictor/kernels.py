@@ -193,11 +193,15 @@ OPS: dict[str, OpClass] = {
     "softmax_causal": _causal_softmax(5, 1),  # reads the unmasked half; writes the full output
     "softmax_causal_bwd": _causal_softmax(4, 2),  # reads the unmasked half of grad and output
     "layernorm": _rowwise("norm", 8, 2, stats_per_row=2),
-    # Norm backward is two passes over the rows in every library (torch's native kernels and apex alike):
-    # grad input reads dY and X and writes dX; the gamma/beta reduction reads dY and X again.
-    "layernorm_bwd": _rowwise("norm", 12, 5, stats_per_row=2),
+    # Norm backward is two kernels in every library (torch's native ones, apex, Transformer Engine): the
+    # input gradient (``*_bwd``) reads dY and X and writes dX; the weight gradient (``norm_weight_bwd``,
+    # gamma and beta) reads dY and X again and reduces over the rows. A norm without an affine weight
+    # runs the first alone (the H200 suite's ``F.layer_norm(x, (cols,))``: one kernel at 3 tensors' worth
+    # of traffic, 0.5-0.8 of the bandwidth; counted as 5 it sat at 0.9-1.4).
+    "layernorm_bwd": _rowwise("norm", 8, 3, stats_per_row=2),
     "rmsnorm": _rowwise("norm", 5, 2, stats_per_row=1),
-    "rmsnorm_bwd": _rowwise("norm", 8, 5, stats_per_row=1),
+    "rmsnorm_bwd": _rowwise("norm", 5, 3, stats_per_row=1),
+    "norm_weight_bwd": _rowwise("norm", 4, 2, stats_per_row=2),
     "cross_entropy": _rowwise("softmax", 5, 1, stats_per_row=2),  # logits read; loss + stats written
     "cross_entropy_bwd": _rowwise("softmax", 4, 2, stats_per_row=2),  # read logits, write grad
     # Fused attention (FlashAttention-2): fwd = 2 GEMMs (QK^T, PV); bwd = 5 (recompute QK^T, dV, dP, dQ, dK).

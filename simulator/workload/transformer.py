@@ -90,6 +90,12 @@ def _norm(sh: Shard) -> str:
     return sh.model.norm
 
 
+def _norm_bwd(name: str, sh: Shard) -> list[Step]:
+    """A norm's backward: the input-gradient kernel, then the weight (gamma / beta) gradient's."""
+    t, h = sh.tokens, sh.model.hidden
+    return [_v(f"{name}_bwd", f"{_norm(sh)}_bwd", t, h, sh), _v(f"{name}.weight_bwd", "norm_weight_bwd", t, h, sh)]
+
+
 def _qkv_width(sh: Shard) -> int:
     m = sh.model
     return (m.heads + 2 * m.num_kv_heads) * m.head_dim // sh.tp
@@ -132,6 +138,8 @@ def _attention_bwd(sh: Shard) -> list[Step]:
             Compute("attn.context.dgrad_p", gemm(s, s, d, sh.dtype, b=bh, layout="nt")),  # dP = dO V^T
             Compute("attn.context.dgrad_v", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dV = P^T dO
             _v("attn.dropout_bwd", "dropout_bwd", rows, s, sh),
+            # torch's softmax backward: grad * output (an elementwise Mul kernel), then the row kernel
+            _v("attn.softmax_bwd.mul", "mul", rows, s, sh),
             _v("attn.softmax_bwd", "softmax_bwd", rows, s, sh),
             Compute("attn.score.dgrad_q", gemm(s, d, s, sh.dtype, b=bh, layout="nn")),  # dQ = dS K
             Compute("attn.score.dgrad_k", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dK = dS^T Q
@@ -183,14 +191,14 @@ def layer_backward(sh: Shard) -> list[Step]:
         _activation_bwd(sh),
         *_linear_bwd("mlp.fc1", t, h, _fc1_width(sh), sh),
         *_tp_all_reduce("mlp.fc1.dgrad_all_reduce", sh),
-        _v("norm2_bwd", f"{_norm(sh)}_bwd", t, h, sh),
+        *_norm_bwd("norm2", sh),
         _v("mlp.residual_bwd", "add", t, h, sh),
         _v("attn.dropout_out_bwd", "dropout_bwd", t, h, sh),
         *_linear_bwd("attn.proj", t, attn_width, h, sh),
         *_attention_bwd(sh),
         *_linear_bwd("attn.qkv", t, h, _qkv_width(sh), sh),
         *_tp_all_reduce("attn.qkv.dgrad_all_reduce", sh),
-        _v("norm1_bwd", f"{_norm(sh)}_bwd", t, h, sh),
+        *_norm_bwd("norm1", sh),
         _v("attn.residual_bwd", "add", t, h, sh),
     ]
 
@@ -250,9 +258,9 @@ def head_backward(sh: Shard) -> list[Step]:
         *_tp_all_reduce("head.dgrad_all_reduce", sh),
     ]
     if m.architecture == "encoder":
-        steps += [_v("head.norm_bwd", f"{_norm(sh)}_bwd", t, h, sh), _v("head.gelu_bwd", "gelu_bwd", t, h, sh),
+        steps += [*_norm_bwd("head.norm", sh), _v("head.gelu_bwd", "gelu_bwd", t, h, sh),
                   *_linear_bwd("head.transform", t, h, h, sh)]
-    steps.append(_v("final_norm_bwd", f"{_norm(sh)}_bwd", t, h, sh))
+    steps += _norm_bwd("final_norm", sh)
     return steps
 
 
