@@ -224,6 +224,9 @@ def _vector(torch, k: Kernel, dev) -> Callable[[], object]:
     x = torch.randn(k.shape, device=dev, dtype=dt)
     y = torch.randn(k.shape, device=dev, dtype=dt)
     cols = k.shape[-1]
+    # Backward ops run as autograd runs them. The norm has no affine weight, so its backward is the
+    # input-gradient kernel alone (what ``layernorm_bwd`` describes; ``norm_weight_bwd`` is the other one);
+    # torch's softmax backward launches a Mul before its row kernel (``dataset.collected_kernels``).
     if k.op in ("layernorm_bwd", "softmax_bwd", "gelu_bwd"):
         xr = x.clone().requires_grad_(True)
         fwd = {"layernorm_bwd": lambda t: F.layer_norm(t, (cols,)), "softmax_bwd": lambda t: torch.softmax(t, -1),
