@@ -85,7 +85,7 @@ def _cached_for(weights: Path, rows_hash: str) -> bool:
     loads (``rows_hash``: every measurement, evaluated or trained on); else retrain."""
     meta = json.loads((weights / "kernel_mlp.json").read_text())
     return (meta.get("features") == {route: list(names) for route, names in FEATURES.items()}
-            and meta.get("rows_hash") == rows_hash)
+            and meta.get("rows_hash") == rows_hash and "power_c_pj" in meta)
 
 
 def fold_weights(group, d, train, rows_hash, args, log) -> Path:

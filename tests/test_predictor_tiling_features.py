@@ -48,7 +48,7 @@ def test_waves_and_blocks():
 def test_feature_vectors_have_the_documented_width():
     gpu = load_gpu("V100-SXM2-16GB")
     x, ideal = ft.gemm_features([Kernel("gemm", "fp16", (1, 512, 512, 512), "nt")], gpu)
-    assert x.shape == (1, len(ft.GEMM_FEATURES)) and np.isfinite(x).all()
+    assert x.shape == (1, len(ft.GEMM_FEATURES) + 1) and np.isfinite(x).all()  # + the power budget
     ks = [Kernel(op, "bf16" if op != "layernorm" else "fp32", (64, 1024)) for op in ("add", "layernorm", "softmax_bwd")]
     ks.append(Kernel("embedding", "fp16", (64, 1024, 32000)))
     x, ideal = ft.vector_features(ks, load_gpu("A100-SXM4-40GB"))
@@ -83,6 +83,23 @@ def test_misaligned_tensor_gemms_on_tma_gpus_are_bounded_by_the_mma_sync_rate():
     assert ideal[1] == pytest.approx(odd_k.flops / a100.peak_flops_per_s["bf16"])
     _, ideal = ft.gemm_features([Kernel("gemm", "fp32", (1, 4096, 4096, 4095), "nt")], h100)  # CUDA cores
     assert ideal[0] == pytest.approx(odd_k.flops / h100.peak_flops_per_s["fp32"])
+
+
+def test_power_budget_is_board_watts_over_the_fp32_peak_for_cuda_core_gemms_only():
+    t4 = load_gpu("T4")
+    ks = [Kernel("gemm", d, (1, 1024, 1024, 1024), "nt") for d in ("fp32", "fp16")]
+    x, _ = ft.gemm_features(ks, t4)
+    assert 2 ** x[0, -1] == pytest.approx(70 / t4.peak_flops_per_s["fp32"] * 1e12)  # 8.6 pJ per FLOP
+    assert x[1, -1] == ft.UNCAPPED_LOG2_PJ  # tensor cores: no cap
+
+
+def test_power_cap_is_a_smooth_min_of_one_and_budget_over_energy():
+    log_c = np.log(12.0)
+    budget_pj = np.array([3.0, 6.0, 12.0, 24.0, 2.0 ** ft.UNCAPPED_LOG2_PJ])
+    cap = np.exp(ft.log_power_cap(np.log2(budget_pj), log_c, np))
+    assert (np.diff(cap) > 0).all() and (cap <= 1.0).all()
+    assert cap[0] == pytest.approx(0.25, rel=1e-6) and cap[1] == pytest.approx(0.5, rel=1e-3)
+    assert cap[2] == pytest.approx(2 ** (-1 / ft.POWER_CAP_P)) and cap[3] > 0.999 and cap[4] == pytest.approx(1.0)
 
 
 def test_gpu_enters_only_through_specs():

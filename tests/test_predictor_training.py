@@ -13,15 +13,17 @@ torch = pytest.importorskip("torch")
 
 
 def synthetic_rows(n: int = 120) -> tuple[list[Measurement], dict]:
-    """Measurements that follow a roofline at 60 % plus 5 us, on two GPUs, one host-timed group."""
+    """Measurements that follow a roofline at 60 % plus 5 us, on two GPUs, one host-timed group; fp16 and
+    fp32 GEMMs."""
     rng = np.random.default_rng(0)
     gpus = {g: load_gpu(g) for g in ("T4", "A100-SXM4-40GB")}
     rows = []
     for i in range(n):
         gpu = gpus["T4" if i % 2 else "A100-SXM4-40GB"]
         if i % 3:
-            k = Kernel("gemm", "fp16", tuple(int(x) for x in rng.integers(16, 2048, 4)), "nt")
-            peak = gpu.peak_flops_per_s["fp16"]
+            dtype = "fp16" if i % 3 == 1 else "fp32"  # fp32: CUDA cores, under the power cap
+            k = Kernel("gemm", dtype, tuple(int(x) for x in rng.integers(16, 2048, 4)), "nt")
+            peak = gpu.peak_flops_per_s[dtype]
         else:
             k = Kernel("add", "fp16", tuple(int(x) for x in rng.integers(16, 4096, 2)))
             peak = gpu.peak_flops_per_s["fp32"]

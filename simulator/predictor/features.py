@@ -8,8 +8,9 @@ per-GPU physics descriptors (board power per SM-GHz, base over boost clock, FLOP
 clock per SM), fed to the MLP or as a linear term of the logit, all made held-out GPUs worse (the
 A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
 descriptor identifies GPUs and a new GPU brings an unseen combination. What they were meant to
-capture -- power-limited parts (T4, L4) not holding boost clock -- is left to the calibration
-(``simulator collect --quick``), and reported as an error of the spec-only mode. Later tries went the
+capture -- power-limited parts (T4, L4) not holding boost clock -- is now one fitted physical
+constant, not a feature: the power cap of fp32 GEMMs (``model``, stop 22); the GEMM feature matrix
+carries the budget it reads as a last column that the network does not see. Later tries went the
 same way (one-member runs over all nine chips, stop 10 of issue 3): board watts per peak TFLOP of the
 GEMM's dtype (tf32 BMMs 12 -> 55 %), an HBM/GDDR flag and a Little's-law ratio of bandwidth x latency
 over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 target cells each). Stop 11:
@@ -247,7 +248,8 @@ def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> 
 
 
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(features [N, len(GEMM_FEATURES)], ideal time s [N]) for GEMM kernels of one dtype or several."""
+    """(features [N, len(GEMM_FEATURES) + 1], ideal time s [N]) for GEMM kernels of one dtype or several:
+    the network's inputs, then the power budget (``power_budget_log2_pj``)."""
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
@@ -279,8 +281,30 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(align)] + layout
+            _log2(align)] + layout + [power_budget_log2_pj(dtypes, gpu)]
     return np.column_stack(cols), t_ideal
+
+
+#: Budget of a GEMM on tensor cores (log2 pJ per FLOP): far above any cap, i.e. none (``log_power_cap``).
+UNCAPPED_LOG2_PJ = 12.0
+#: Sharpness of the power cap's knee: the smooth minimum (1 + (c / budget)^p)^(-1/p) of 1 and budget / c.
+POWER_CAP_P = 16.0
+
+
+def power_budget_log2_pj(dtypes: Sequence[str], gpu: GpuSpec) -> np.ndarray:
+    """log2 of the board power over the fp32 CUDA-core peak, in pJ per FLOP, for fp32 GEMMs (the last
+    column of ``gemm_features``, read by the power cap, not by the network); ``UNCAPPED_LOG2_PJ`` for
+    GEMMs on tensor cores."""
+    budget = float(np.log2(gpu.tdp_w / gpu.peak_flops_per_s["fp32"] * 1e12))
+    return np.array([budget if d == "fp32" else UNCAPPED_LOG2_PJ for d in dtypes])
+
+
+def log_power_cap(budget_log2_pj, log_c_pj, xp):
+    """log of the fraction of its fp32 peak a GPU sustains on GEMMs within its board power: a smooth
+    min(1, budget / c), c the energy per FLOP (pJ) that such a GEMM costs, fitted in training (``model``).
+    ``xp`` is numpy or torch: the same formula serves training and inference."""
+    z = POWER_CAP_P * (log_c_pj - budget_log2_pj * float(np.log(2.0)))
+    return -xp.logaddexp(xp.zeros_like(z), z) / POWER_CAP_P
 
 
 def _vector_dims(kernel: Kernel) -> tuple[int, int]:
@@ -315,5 +339,5 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     return np.column_stack(cols), t_ideal
 
 
-__all__ = ["THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",
+__all__ = ["log_power_cap", "power_budget_log2_pj", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",
            "threads_per_sm"]

@@ -1,8 +1,9 @@
 """The tile/wave MLP predictor: numpy inference from the shipped weights (no torch needed).
 
 ``latency = t_fixed + t_ideal / u`` per kernel, where ``t_ideal`` is the wave-quantised time at 100 %
-of the datasheet peak and bandwidth (``features``) and ``u = sigmoid(MLP(features))`` in (0, 1):
-a prediction is never faster than the roofline at 100 % and never below the fixed launch time.
+of the datasheet peak and bandwidth (``features``) and ``u = cap x sigmoid(MLP(features))`` in (0, 1),
+``cap`` the power cap of fp32 GEMMs (``model``; 1 for everything else): a prediction is never faster
+than the roofline at 100 % and never below the fixed launch time.
 
 Fused attention has no measurement in the training data; it is estimated from the GEMM network:
 FlashAttention-2 sustains a fixed fraction of the utilisation the same GPU reaches on a large
@@ -28,8 +29,8 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, offset_slot, peak_flops,
-                       throttle_length, vector_features)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, log_power_cap, offset_slot,
+                       peak_flops, throttle_length, vector_features)
 from .kernels import Kernel
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
@@ -58,6 +59,7 @@ class Network:
 
     def logit(self, x: np.ndarray) -> np.ndarray:
         """Logits in float32 (as trained); the latency arithmetic around them stays float64."""
+        x = x[:, :len(self.mean)]  # a GEMM matrix's last column is the power budget, not an input
         h = (np.clip(x.astype(np.float32), self.lo, self.hi) - self.mean) / self.std
         for i, (w, b) in enumerate(self.layers):
             h = h @ w + b
@@ -77,6 +79,8 @@ def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], 
     for route, names in FEATURES.items():
         if meta.get("features", {}).get(route) != list(names):
             raise PredictorError(f"MLP weights in {folder} were trained with other {route} features; retrain them")
+    if "power_c_pj" not in meta:
+        raise PredictorError(f"MLP weights in {folder} were trained without the power cap; retrain them")
     with np.load(npz) as data:
         arrays = {k: data[k] for k in data.files}
     members = [{r: Network({k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"m{j}.{r}.")})
@@ -105,13 +109,16 @@ class MLPPredictor:
         x, ideal = FEATURE_FNS[route](kernels, gpu)
         slot_idx = np.array([OFFSET_SLOTS.index(offset_slot(k.op)) for k in kernels])
         logs = []
-        for nets, fixed, offsets in zip(self.members, self.member_fixed_s, self.gpu_offsets):
+        for nets, fixed, offsets, power_c in zip(self.members, self.member_fixed_s, self.gpu_offsets,
+                                                 self.meta["power_c_pj"]):
             logit = nets[route].logit(x)
+            capped = x.shape[1] > len(nets[route].mean)
+            scale = np.exp(-log_power_cap(x[:, -1], np.log(power_c), np)) if capped else 1.0
             if gpu.name in offsets:  # a measured GPU keeps what was particular to it
                 offset, slope = np.array([offsets[gpu.name][s] for s in OFFSET_SLOTS])[slot_idx].T
                 logit = logit + offset + slope * throttle_length(ideal)
             logit = np.clip(logit, -30.0, 30.0)
-            logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit))))
+            logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit)) * scale))
         return np.exp(np.mean(logs, axis=0)), ideal
 
     def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -218,7 +218,7 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)
-    specs = {r: (x.shape[1], _feature_stats(x)) for r, (x, _, _) in d.routes.items()}
+    specs = {r: (len(ROUTES[r]), _feature_stats(x[:, :len(ROUTES[r])])) for r, (x, _, _) in d.routes.items()}
     model = KernelModel(specs, len(d.labels), len(d.hosts), config.hidden, len(d.units), len(OFFSET_SLOTS),
                         initial_overheads_s(d), config.timing_p)
     tensors = {r: (torch.tensor(x, dtype=torch.float32), torch.tensor(ideal, dtype=torch.float32), row)
@@ -296,13 +296,13 @@ def _reading_s(model, kernel_s, label_idx, host_idx, timed_on_host):
 
 def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
     """Write ``kernel_mlp.npz`` (every ensemble member's networks) and ``kernel_mlp.json`` (feature
-    names, fixed times, timing overheads of the sources, and ``metadata``)."""
+    names, fixed times, power-cap energies, timing overheads of the sources, and ``metadata``)."""
     import torch
 
     from .model import export_net, unit_offsets
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    arrays, fixed, overheads, gpu_offsets = {}, [], [], []
+    arrays, fixed, overheads, gpu_offsets, power_c = {}, [], [], [], []
     for j, model in enumerate(models):
         gpu_offsets.append(_gpu_offsets(unit_offsets(model, OFFSET_SLOTS), d.units))
         for r, net in model.nets.items():
@@ -310,13 +310,15 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
                 arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
         with torch.no_grad():
             fixed.append({r: float(torch.exp(model.log_fixed_s)) for r in model.nets})
+            power_c.append(round(float(torch.exp(model.log_power_c_pj)), 4))
             n = len(d.labels)
             overheads.append(model.label_overhead_s(torch.arange(n)).numpy().reshape(-1, 2))
     np.savez_compressed(out_dir / "kernel_mlp.npz", **arrays)
     overhead = np.mean(overheads, axis=0) if d.labels else []
     meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), timing_p=models[0].timing_p,
                 features={r: list(f) for r, f in ROUTES.items()},
-                fixed_s=fixed, gpu_offsets=gpu_offsets, timing_overhead_s={lab: round(float(v[0]), 9) for lab, v in zip(d.labels, overhead)},
+                fixed_s=fixed, power_c_pj=power_c, gpu_offsets=gpu_offsets,
+                timing_overhead_s={lab: round(float(v[0]), 9) for lab, v in zip(d.labels, overhead)},
                 timing_floor_s={lab: round(float(v[1]), 9) for lab, v in zip(d.labels, overhead)})
     (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
