@@ -134,7 +134,7 @@ SLOPE_SHIFT = -4.0
 
 
 #: Start of the power cap's energy per FLOP (pJ): below every training GPU's budget, i.e. no cap at first.
-#: Started at 12 instead, the fits end at the same value (within 0.3 pJ).
+#: Started at 12 instead (p = 4), the fits ended within 0.3 pJ of the same values.
 POWER_C_START_PJ = 8.0
 
 
@@ -191,7 +191,8 @@ class KernelModel(nn.Module):
                          unit_idx: torch.Tensor | None = None, slot_idx: torch.Tensor | None = None) -> torch.Tensor:
         n_in = self.nets[route].mean.shape[0]
         logit = self.nets[route](x[:, :n_in])
-        scale = torch.ones(()) if x.shape[1] == n_in else torch.exp(-log_power_cap(x[:, n_in], self.log_power_c_pj, torch))
+        capped = x.shape[1] > n_in  # GEMMs: the last column is the power budget
+        scale = torch.exp(-log_power_cap(x[:, n_in], self.log_power_c_pj, torch)) if capped else torch.ones(())
         if unit_idx is not None:
             long = torch.relu(torch.log2(ideal_s / THROTTLE_ONSET_S))
             logit = logit + self.unit_offset[unit_idx, slot_idx] + self.unit_slope()[unit_idx, slot_idx] * long
