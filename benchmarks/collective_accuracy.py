@@ -7,7 +7,8 @@ Measurements (read from ../shared/data, never copied; units converted here, once
   median of CUDA-event times (ms), size in bytes.
 * vTrain (MICRO'24) trace/{a100, v100}/AR_GPU{2..8}: nccl-tests all-reduce, out-of-place time (ns).
 * Aceso profiles in Sailor: prim_*_{all_reduce, all_gather, reduce_scatter, all_to_all}_{n}gpus.csv
-  (size in MB = 1e6 B, time ms) and p2p_intra_node.csv (GB/s by size in MB), for five GPU boxes.
+  (size in MB = MiB: the sizes are the models' tensors, e.g. GPT-Neo 2048 x 2560 x 2 B = "10"; time ms) and
+  p2p_intra_node.csv (MiB/ms by size in MiB), for five GPU boxes.
 * Published bus bandwidths (shared/docs/network-model.md section 3): the anchors.
 
 Each source's timing method adds its own overhead to the NCCL kernel time the model predicts; it is
@@ -112,7 +113,7 @@ def _aceso(data: Path) -> list[Point]:
                         if 0 < mb < 1e5 and ms < 1e5:  # 1e9 / 1e6 rows mark sizes that failed
                             times.setdefault(mb, []).append(ms)
                 for mb, ms in sorted(times.items()):
-                    size = mb * 1e6
+                    size = mb * MIB
                     # torch list collectives: all_gather(list, t) gathers n x t and copies it out;
                     # reduce_scatter(t, list) copies the list in; all_to_all(list, list) copies the output out
                     total, copy = {"all_gather": (n * size, n * size), "reduce_scatter": (size, size),
@@ -121,8 +122,8 @@ def _aceso(data: Path) -> list[Point]:
                                      sorted(ms)[len(ms) // 2] * 1e-3, copy))
         p2p = list(csv.reader((base / "p2p_intra_node.csv").open()))
         for mb, gbps in zip(p2p[0], p2p[1]):
-            size = float(mb) * 1e6
-            out.append(Point(f"aceso {gpu}", "aceso", name, 1, "send_recv", (0, 1), size, size / (float(gbps) * 1e9)))
+            out.append(Point(f"aceso {gpu}", "aceso", name, 1, "send_recv", (0, 1), float(mb) * MIB,
+                             float(mb) / float(gbps) * 1e-3))
     return out
 
 
@@ -301,14 +302,16 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
   on Volta or Hopper NVLink (flat ring busbw in n).
 - Simple-protocol calls through an NVSwitch: 35 us per call beyond NCCL's tuner table, which the tuner does
   not see (fitted on vTrain's and Vidur's DGX A100 at 4-64 MiB; the held-out H200 curve below).
+- NCCL's tuner rates a tree all-reduce at its size-dependent treeCorrectionFactor (0.5-0.9 from 512 B to
+  512 MiB), so mid-size calls run rings (Aceso's V100 / RTX 3090 4-GPU chain boxes switch where it rises).
 - NCCL's tuner rates multi-node trees at the ring channels' speed (x 0.5 algorithm ratio), so large
   messages run rings even where a 2-node tree would be faster (nccl#1576).
 - NVLS reduction efficiency: 0.85 Hopper (NCCL), 0.80 Blackwell (HGX B200 measurements).
-- GPUs without peer-to-peer share a host-staging budget of 0.63 x PCIe line rate for sends and receives
-  together (Aceso's RTX 2080 / Titan RTX point-to-point 9.9 GB/s, rings 4-5 GB/s).
+- GPUs without peer-to-peer share a host-staging budget of 0.66 x PCIe line rate for sends and receives
+  together (Aceso's RTX 2080 / Titan RTX point-to-point 10.4 GB/s, rings 4-5 GB/s).
 
 Boxes inferred from the data (each YAML in topologies/ says why): Aceso A100-40 = HGX A100 40GB on NVSwitch
-(236 GB/s pair bandwidth); Aceso V100-16 = POWER9 AC922-class (3 NVLink-2 links per pair, 64 GB/s pair,
+(247 GB/s pair bandwidth); Aceso V100-16 = POWER9 AC922-class (3 NVLink-2 links per pair, 67 GB/s pair,
 rings cap near the X-bus); Aceso RTX 2080 / Titan RTX = 8 GPUs on CPU root ports without P2P; Aceso
 RTX 3090 = bridged pairs, no P2P, and two 4-GPU nodes on 10 GbE for 8 GPUs; Vidur a100_dgx 2-node =
 one 200 Gb/s TCP port per node; Vidur pairwise 2-node = 25 GbE.

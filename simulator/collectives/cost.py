@@ -63,8 +63,9 @@ class Candidate:
 
     def tuner_time_s(self, size_bytes: float) -> float:
         """The time NCCL's tuner predicts (what it selects by), which can differ from the real time."""
+        scale = tuning.tree_correction(self.protocol, size_bytes) if self.algorithm == "tree" else 1.0
         return sum((p.latency_s if p.tuner_latency_s is None else p.tuner_latency_s)
-                   + size_bytes / (p.tuner_bytes_per_s or p.algbw_bytes_per_s) for p in self.phases)
+                   + size_bytes / ((p.tuner_bytes_per_s or p.algbw_bytes_per_s) * scale) for p in self.phases)
 
 
 @dataclass(frozen=True)

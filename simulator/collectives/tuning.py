@@ -38,6 +38,15 @@ LL_MAX_BUSBW_MULTI = (39e9, 20.4e9)
 TREE_SIMPLE = 0.92
 TREE_LL = 1 / 3.8
 TREE_LL128 = {True: 7 / 9, False: 120 / 128}
+#: tuning.cc's treeCorrectionFactor: the tuner rates a tree all-reduce of S bytes at this fraction of its
+#: bandwidth, indexed by floor(log2(S / 64)) (64 B .. 512 MiB; 1.0 from 512 MiB on). It only steers the
+#: choice: Aceso's 4-GPU chain boxes switch from ring to tree speed exactly where it rises (RTX 3090 between
+#: 126 and 128 MiB, 0.8 -> 0.9; V100 within 64-128 MiB, 0.7 -> 0.8).
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0,) * 11 + (.8,) + (.7,) * 11,
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
 #: tuning.cc converts a tree's bus bandwidth to algorithm bandwidth with a ratio of 0.5 (rings: n / (2(n-1)))
 TREE_ALGBW_RATIO = 0.5
 #: Simple-protocol calls through an NVSwitch take this much longer (us, per call) than tuning.cc's latency
@@ -57,6 +66,13 @@ def ll_max_busbw(architecture: str, nodes: int) -> float:
     if nodes <= 1:
         return LL_MAX_BUSBW_SINGLE.get(architecture, 39e9)
     return LL_MAX_BUSBW_MULTI[0] if nodes == 2 else LL_MAX_BUSBW_MULTI[1]
+
+
+def tree_correction(protocol: str, size_bytes: float) -> float:
+    """The factor NCCL's tuner applies to a tree all-reduce's bandwidth for a call of ``size_bytes``."""
+    log_size = (int(size_bytes) >> 6).bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[log_size] if 0 <= log_size < len(table) else 1.0
 
 
 def ll128_allowed(architecture: str, intra_kind: str, nodes: int) -> bool:

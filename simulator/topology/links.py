@@ -5,7 +5,7 @@ All figures are per direction. Sources are digested in ``shared/docs/network-mod
 * NVLink line rate per link: 20 GB/s (NVLink 1), 25 GB/s (NVLink 2-4), 50 GB/s (NVLink 5).
 * NVLink efficiency per generation = measured NCCL ring all-reduce bus bandwidth / line rate:
   NVLink 2: DGX-1 V100 134.5 of 150 GB/s and one link 22.6 of 25 (vTrain nccl-tests) -> 0.90;
-  NVLink 3: DGX A100 230-235 of 300 (stas00, nccl-tests#175), RTX 3090 bridge 43.5 of 56.25 (Aceso) -> 0.78;
+  NVLink 3: DGX A100 230-235 of 300 (stas00, nccl-tests#175) -> 0.78 (RTX 3090 bridge: 45.6 of 56.25, Aceso);
   NVLink 4: DGX H100/H200 365-370 of 450 (nccl#1455, stas00) -> 0.815;
   NVLink 5: HGX B200 673-695 of 900 (stas00, nccl#2140) -> 0.756.
   NVLink 1 has no measurement here: NCCL's own constant (18 of 20 -> 0.90, topo.h SM60).
@@ -14,9 +14,9 @@ All figures are per direction. Sources are digested in ``shared/docs/network-mod
 * PCIe: x1 line rate after encoding per generation; NCCL models Gen3/4/5 x16 as 12/24/48 GB/s (topo.h),
   i.e. 0.76 of line rate, which the A100 PCIe pairs' cross-pair all-reduce reproduces (23.7 of 31.5 GB/s).
 * PCIe without peer-to-peer (GeForce cards, "CNS" chipsets): NCCL's SHM transport stages every hop in
-  host memory, and a GPU's sends and receives share one budget of about 0.63 of the PCIe line rate:
-  RTX 2080 / Titan RTX Gen3 boxes in Aceso's profiles move 9.9 GB/s one way (point-to-point) and 4-5 GB/s
-  each way at once (rings, all-to-all).
+  host memory, and a GPU's sends and receives share one budget of about 0.66 of the PCIe line rate:
+  RTX 2080 / Titan RTX Gen3 boxes in Aceso's profiles move 10.4 GB/s one way (point-to-point; Aceso writes
+  9.9 MiB/ms) and 4-5 GB/s each way at once (rings, all-to-all).
 * CPU socket interconnect: NCCL's constants (topo.h): Skylake-class UPI 10 GB/s by default.
 * NICs: 0.94 of line rate for RDMA (HDR 23.5 of 25 GB/s, NDR 46-48.5 of 50: SimAI, nccl-tests#290).
 """
@@ -28,13 +28,13 @@ PCIE_EFFICIENCY = 0.76
 #: PCIe x1 line rate per direction by generation (bytes/s), after encoding overhead.
 PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 #: Host-memory staging (no GPU peer-to-peer): both directions together reach this fraction of the line rate.
-SHM_EFFICIENCY = 0.63
+SHM_EFFICIENCY = 0.66
 #: A ring's pipeline does not always stream across its loops: each loop (channels x ranks x chunk bytes) can
 #: lose some chunk-times filling and draining, D extra steps of S/n per call in all, so that
 #: time = S (f + D/n) / B and small rings are slower per byte. Through host-memory staging D = 0.45, fitted on
-#: Aceso's RTX 2080 and Titan RTX all-reduce (busbw 3.88 / 4.72 / 5.03 GB/s at 2 / 4 / 8 GPUs, within 5%);
-#: unfitted, it gives their all-gather and reduce-scatter 3.4 / 4.3 / 4.7 GB/s against measured fast modes
-#: of 3.0-3.5 / 4.2 / 4.6.
+#: Aceso's RTX 2080 and Titan RTX all-reduce (busbw 4.07 / 4.95 / 5.27 GB/s at 2 / 4 / 8 GPUs, within 5%);
+#: unfitted, it gives their all-gather and reduce-scatter 3.6 / 4.5 / 4.9 GB/s against measured fast modes
+#: of 3.1-3.7 / 4.4 / 4.8.
 SHM_RING_FILL_STEPS = 0.45
 CPU_INTERCONNECT_BYTES_PER_S = 10e9
 
@@ -47,8 +47,8 @@ def gpu_family(gpu_name: str) -> str:
 
 #: D on NVLink per GPU family (see SHM_RING_FILL_STEPS). GA100 (A100/A800/A30): 0.33, fitted on vTrain's DGX
 #: A100 nccl-tests at 1 GiB (busbw 197 / 222 / 229 GB/s at 2 / 4 / 8 GPUs) with the NVLink 3 efficiency of
-#: 0.78 that the RTX 3090 bridge (GA102, 43.5 of 56.25 GB/s at 2 GPUs, no fill) and A100 point-to-point
-#: show: Vidur's DGX A100 send/recv 227-244 GB/s, Aceso's A100-40 236 GB/s, of 300. Volta (vTrain DGX-1: 0.90
+#: 0.78 that the RTX 3090 bridge (GA102, 45.6 of 56.25 GB/s at 2 GPUs, no fill) and A100 point-to-point
+#: show: Vidur's DGX A100 send/recv 227-244 GB/s, Aceso's A100-40 247 GB/s, of 300. Volta (vTrain DGX-1: 0.90
 #: of line rate at 2 and 8 GPUs) and Hopper (nccl#1455: ring busbw flat at 365-370 GB/s over 2-8 GPUs)
 #: show none.
 FAMILY_RING_FILL_STEPS = {"ga100": 0.33}
