@@ -302,6 +302,8 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
   on Volta or Hopper NVLink (flat ring busbw in n).
 - Simple-protocol calls through an NVSwitch: 35 us per call beyond NCCL's tuner table, which the tuner does
   not see (fitted on vTrain's and Vidur's DGX A100 at 4-64 MiB; the held-out H200 curve below).
+- LL128 rings sustain 0.64 of the Simple rate (fitted on vTrain's DGX A100 at 4-22 MiB, 5-8 GPUs), while
+  NCCL's tuner selects them at its 0.92.
 - NCCL's tuner rates a tree all-reduce at its size-dependent treeCorrectionFactor (0.5-0.9 from 512 B to
   512 MiB), so mid-size calls run rings (Aceso's V100 / RTX 3090 4-GPU chain boxes switch where it rises).
 - NCCL's tuner rates multi-node trees at the ring channels' speed (x 0.5 algorithm ratio), so large

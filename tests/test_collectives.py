@@ -135,6 +135,14 @@ def test_simple_calls_through_an_nvswitch_pay_a_latency_the_tuner_does_not_see(d
     assert ll.time_s(1.0) == ll.tuner_time_s(1.0)
 
 
+def test_ll128_rings_are_chosen_at_nccls_rate_but_run_slower(dgx_a100):
+    # vTrain's DGX A100 nccl-tests, 8 GPUs: 16 MiB in 232 us, NCCL's LL128 range (up to ~22 MiB)
+    est = estimate(dgx_a100, "all_reduce", tuple(range(8)), 16 * 2**20)
+    assert est.protocol == "LL128" and est.time_s == pytest.approx(232e-6, rel=0.1)
+    phase = est.candidate.phases[0]
+    assert phase.algbw_bytes_per_s == pytest.approx(phase.tuner_bytes_per_s * tuning.LL128_RING_SUSTAINED / 0.92)
+
+
 @pytest.mark.parametrize("mib,measured", [(16, 220), (64, 347), (256, 436), (1024, 464)])
 def test_mid_size_nvls_busbw_follows_the_h200_curve(mib, measured):
     # stas00's HGX H200 nccl-tests curve (network-model.md 3.1); not used to fit anything

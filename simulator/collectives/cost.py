@@ -3,7 +3,8 @@
 
 Per candidate (NCCL tuning.cc structure, network-model.md 2.4 and 6.2-6.3):
 * bandwidth: the Simple-protocol payload rate of the algorithm's channel graph on the idle fabric
-  (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92), capped for LL by NCCL's
+  (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92; a ring's LL128 really
+  sustains 0.64 of Simple, ``tuning.LL128_RING_SUSTAINED``, while the tuner selects with 0.92), capped for LL by NCCL's
   llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs at the switch's
   reduction efficiency. Pipelines that lose their fill and drain (host-memory staging, GA100 NVLink) take
   D steps of S/n longer (``topology.links.ring_fill_steps``).
@@ -171,7 +172,9 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
     for proto, bw, wire in _protocols(topo, "ring", base, f, nodes, intra):
         lat = tuning.ring_latency_s(proto, steps, inter, intra, ppn, si, sn)
         real = lat + _simple_switch_latency_s(topo, graph, proto)
-        out.append(Candidate("ring", proto, (Phase(graph, real, bw, wire, tuner_latency_s=lat),)))
+        real_bw = base * tuning.LL128_RING_SUSTAINED if proto == "LL128" else bw
+        out.append(Candidate("ring", proto, (Phase(graph, real, real_bw, wire, tuner_bytes_per_s=bw,
+                                                   tuner_latency_s=lat),)))
     return out
 
 

@@ -29,6 +29,14 @@ NET_OVERHEAD_US = 1.0
 
 #: payload fraction of the wire: LL sends 4 B of data per 8 B store; LL128 120 of 128 B (model: 0.92)
 WIRE_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+#: What an LL128 ring really sustains, as a fraction of the Simple protocol's payload rate; NCCL's tuner
+#: believes 0.92 (its 120/128 payload) and selects with that. The difference is the SMs' flag-polled 128-byte
+#: stores, not the wire. Fitted (0.60-0.70 in steps) on vTrain's DGX A100 nccl-tests, where NCCL runs LL128
+#: between 4 and 22 MiB at 5-8 GPUs (measured slope at 7-8 GPUs: 160 GB/s bus bandwidth, Simple's 228):
+#: 1-10 MiB MAPE 12.3 -> 6.7 %. The data it was not fitted on moves with it: vTrain's DGX-1 V100 1-10 MiB
+#: 13.6 -> 8.5 %, Vidur's DGX A100 >= 1 MiB 11.5 -> 10.1 %. Trees keep NCCL's LL128 factors (no measured
+#: LL128 tree); Hopper's LL128 (a higher per-channel cap in tuning.cc) has no mid-size ring data here.
+LL128_RING_SUSTAINED = 0.64
 #: LL bus bandwidth cap (bytes/s): single node per architecture, multi-node (2 nodes, more) on Intel CPUs
 LL_MAX_BUSBW_SINGLE = {"pascal": 39e9, "volta": 39e9, "turing": 39e9, "ampere": 87.7e9, "ada": 87.7e9,
                        "hopper": 141e9, "blackwell": 282e9}
