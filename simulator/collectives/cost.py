@@ -184,7 +184,9 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     speed (the NIC's) times its 0.5 algorithm ratio (tuning.cc), so it picks trees for their latency and
     rings for bandwidth; the selection below uses that belief (Aceso's 2-node RTX 3090 all-reduce and
     Vidur's 4-GPUs-per-node groups run at ring speed). On one node the chain's own rate decides (Aceso's
-    V100 and RTX 3090 4-GPU all-reduces reach the chain's bus bandwidth, not the ring's)."""
+    V100 and RTX 3090 4-GPU all-reduces reach the chain's bus bandwidth, not the ring's). Either way the
+    tuner also scales a tree's rate by NCCL's size-dependent correction (``tuning.tree_correction``, in
+    ``Candidate.tuner_time_s``), which keeps mid-size calls on rings."""
     graph = graph_for(topo, "tree", group)
     nodes, ppn, intra = _shape(topo, group, graph)
     si, sn = _scales(topo)
