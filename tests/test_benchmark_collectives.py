@@ -1,0 +1,30 @@
+"""The collective benchmark's Aceso loader (benchmarks/collective_accuracy.py): units converted once."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import collective_accuracy as ca  # noqa: E402
+
+MIB = 2**20
+
+
+def test_aceso_sizes_are_mib_and_times_ms(tmp_path, monkeypatch):
+    # Aceso writes the models' tensors in MiB: GPT-Neo's 2048 x 2560 fp16 activation is "10"
+    base = tmp_path / "sailor" / "aceso" / "A100-40" / "profiled-data-fp16"
+    base.mkdir(parents=True)
+    (base / "prim_GPT-Neo-2.7_all_reduce_2gpus.csv").write_text("data_size(MB),time(ms)\n10,0.5\n1000000000,1\n")
+    (base / "prim_GPT-Neo-2.7_all_gather_2gpus.csv").write_text("data_size(MB),time(ms)\n10,0.5\n")
+    (base / "p2p_intra_node.csv").write_text("1,1024\n13.64,235.74\n")
+    monkeypatch.setattr(ca, "ACESO_BOXES", {"A100-40": "hgx-a100-8gpu-40gb"})
+    points = ca._aceso(tmp_path)
+    ar = [p for p in points if p.op == "all_reduce"]
+    assert len(ar) == 1 and ar[0].size_bytes == 10 * MIB and ar[0].time_s == pytest.approx(0.5e-3)
+    (ag,) = [p for p in points if p.op == "all_gather"]
+    assert ag.size_bytes == 2 * 10 * MIB and ag.copy_bytes == 2 * 10 * MIB  # gathers n x the tensor
+    p2p = {p.size_bytes: p.time_s for p in points if p.op == "send_recv"}
+    assert p2p[1024 * MIB] == pytest.approx(1024 / 235.74 * 1e-3)  # the column is MiB per ms
