@@ -4,10 +4,10 @@
 Per candidate (NCCL tuning.cc structure, network-model.md 2.4 and 6.2-6.3):
 * bandwidth: the Simple-protocol payload rate of the algorithm's channel graph on the idle fabric
   (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92; a ring's LL128 really
-  sustains 0.64 of Simple, ``tuning.LL128_RING_SUSTAINED``, while the tuner selects with 0.92), capped for LL by NCCL's
-  llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs at the switch's
-  reduction efficiency. Pipelines that lose their fill and drain (host-memory staging, GA100 NVLink) take
-  D steps of S/n longer (``topology.links.ring_fill_steps``).
+  sustains 0.64 of Simple, ``tuning.LL128_RING_SUSTAINED``, while the tuner selects with 0.92), capped for
+  LL by NCCL's llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs
+  at the switch's reduction efficiency. Pipelines that lose their fill and drain (host-memory staging,
+  GA100 NVLink) take D steps of S/n longer (``topology.links.ring_fill_steps``).
 * latency: NCCL's formulas and constants (``tuning``), scaled by the cluster's hop latencies.
 
 The flow model (``algorithms``) moves exactly these bytes at these rates, so on an idle fabric the two
