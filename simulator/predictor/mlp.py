@@ -5,12 +5,8 @@ of the datasheet peak and bandwidth (``features``) and ``u = cap x sigmoid(MLP(f
 ``cap`` the power cap of fp32 GEMMs (``model``; 1 for everything else): a prediction is never faster
 than the roofline at 100 % and never below the fixed launch time.
 
-Fused attention has no measurement in the training data; it is estimated from the GEMM network:
-FlashAttention-2 sustains a fixed fraction of the utilisation the same GPU reaches on a large
-GEMM of the same dtype -- about 0.8 forward / 0.7 backward on Ampere and Ada (Dao 2023, Fig. 5-6:
-up to 73 % / 63 % of A100 peak where cuBLAS reaches ~85-90 %) and 0.5 / 0.45 on Hopper and
-Blackwell, where FlashAttention-2 uses no wgmma/TMA (Shah et al. 2024, FlashAttention-3: "only
-35 % utilisation on H100") -- times the fill of its last wave of 128-query-row CTAs.
+Fused attention has no measurement in the training data; ``attention`` builds its time from the
+GPU's specs and the utilisation the GEMM network gives a large GEMM of the same dtype.
 
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
@@ -29,6 +25,7 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
+from . import attention
 from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, log_power_cap, offset_slot,
                        peak_flops, throttle_length, vector_features)
 from .kernels import Kernel
@@ -36,10 +33,6 @@ from .kernels import Kernel
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
-#: FlashAttention-2 utilisation relative to a large GEMM's (fwd, bwd) per architecture (see above).
-FLASH_RATIO = {"hopper": (0.5, 0.45), "blackwell": (0.5, 0.45)}
-FLASH_RATIO_DEFAULT = (0.8, 0.7)
-FLASH_ROWS_PER_CTA = 128
 LARGE_GEMM = (1, 8192, 8192, 8192)
 
 
@@ -136,25 +129,21 @@ class MLPPredictor:
         return out, ideal, routes
 
     def _attention_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-        """Flash attention: FLOPs at the large-GEMM utilisation of its dtype x the FlashAttention
-        ratio x last-wave fill, or the memory time if longer (module docstring)."""
+        """Fused attention (``attention``): the main kernel at the large-GEMM utilisation of its dtype,
+        or its memory time if longer, plus the backward's memory-bound side kernels."""
         out, ideal = np.empty(len(kernels)), np.empty(len(kernels))
-        fwd_ratio, bwd_ratio = FLASH_RATIO.get(gpu.architecture, FLASH_RATIO_DEFAULT)
+        u_big = {}
         for dtype in sorted({k.dtype for k in kernels}):
-            idx = [i for i, k in enumerate(kernels) if k.dtype == dtype]
-            big = Kernel("gemm", dtype, LARGE_GEMM, "nn")
-            big_s, big_ideal = self._route_latency_s("gemm", [big], gpu)
-            u_big = big_ideal[0] / (big_s[0] - self.fixed_s["gemm"])
-            peak = peak_flops(dtype, "attention", gpu)
-            for i in idx:
-                k = kernels[i]
-                batch, heads, sq, _, _, _ = k.shape
-                ctas = batch * heads * -(-sq // FLASH_ROWS_PER_CTA)
-                fill = ctas / (-(-ctas // gpu.sms) * gpu.sms)
-                u = u_big * (fwd_ratio if k.op == "flash_attn" else bwd_ratio) * fill
-                t_memory = k.bytes / gpu.memory_bandwidth_bytes_per_s
-                ideal[i] = max(k.flops / peak, t_memory)
-                out[i] = self.fixed_s["gemm"] + max(k.flops / (peak * u), t_memory)
+            big_s, big_ideal = self._route_latency_s("gemm", [Kernel("gemm", dtype, LARGE_GEMM, "nn")], gpu)
+            u_big[dtype] = big_ideal[0] / (big_s[0] - self.fixed_s["gemm"])
+        for i, k in enumerate(kernels):
+            peak = peak_flops(k.dtype, "attention", gpu)
+            t_memory = k.bytes / gpu.memory_bandwidth_bytes_per_s
+            ideal[i] = max(k.flops / peak, t_memory)
+            side = attention.backward_side_kernels(k)
+            side_s = float(np.sum(self._route_latency_s("vector", side, gpu)[0])) if side else 0.0
+            out[i] = (self.fixed_s["gemm"] + max(attention.flash_compute_s(k, gpu, peak, u_big[k.dtype]), t_memory)
+                      + side_s)
         return out, ideal
 
     def latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> np.ndarray:
