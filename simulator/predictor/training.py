@@ -45,10 +45,13 @@ def main_kernel(m: Measurement) -> Kernel:
 
 
 def op_class(m: Measurement) -> str:
-    """Reporting class of a measurement: bmm / linear for GEMMs, else the main kernel's vector kind."""
+    """Reporting class of a measurement: bmm / linear for GEMMs, attention for fused attention, else the
+    main kernel's vector kind."""
     k = main_kernel(m)
     if k.family == "gemm":
         return "bmm" if k.shape[0] > 1 else "linear"
+    if k.family == "attention":
+        return "attention"
     kind = vector_kind(k.op)
     return {"gather": "memory", "dropout": "elementwise"}.get(kind, kind)
 
