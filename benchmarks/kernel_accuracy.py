@@ -147,10 +147,8 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log, attention_rows=()):
     sub = [test_rows[i] for i in evaluated]
     table = {meth: ev.mape_by_group(sub, p[evaluated]) for meth, p in preds.items()}
     held = [m for m in attention_rows if tr.holdout_group(gpus[m.gpu]) == group]
-    for meth, predictor in (("mlp", mlp), ("roofline", RooflinePredictor())):
-        if held:
-            table[meth].update(ev.mape_by_group(held, ev.predict_measurements(predictor.latency_s, held, gpus,
-                                                                             mlp.meta)))
+    for meth, predictor in (("mlp", mlp), ("roofline", RooflinePredictor())) if held else ():
+        table[meth].update(ev.mape_by_group(held, ev.predict_measurements(predictor.latency_s, held, gpus, mlp.meta)))
     table["neusight"], neusight_tiles = fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash,
                                                       args, log)
     return table, {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tiles}
