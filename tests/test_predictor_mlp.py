@@ -92,6 +92,11 @@ def test_calibration_rescales_towards_the_measured_rate(mlp):
     assert calibrated.latency_s([k], gpu)[0] == pytest.approx(2 * spec_s, rel=1e-6)
     other = Kernel("gemm", "bf16", (1, 2048, 2048, 2048), "nn")
     assert calibrated.latency_s([other], gpu)[0] > mlp.latency_s([other], gpu)[0]
+    # A small GEMM, far from the calibration GEMM's utilisation, takes only part of the factor.
+    small = Kernel("gemm", "bf16", (1, 256, 256, 256), "nn")
+    fixed = mlp.fixed_s["gemm"]
+    slowdown = (calibrated.latency_s([small], gpu)[0] - fixed) / (mlp.latency_s([small], gpu)[0] - fixed)
+    assert 1.0 < slowdown < 1.9, slowdown
 
 
 def test_get_predictor_mlp_is_memoised_and_metadata_complete():
