@@ -117,6 +117,15 @@ vector mean 34, 36, 36, 36 % (capped at 1 us: 34 %), nine other chips 13.1, 13.0
 
 Working set over L2 is left out of both: the A100's 40 MB L2 is alone in its range, so the ratio
 confounds "big kernel on a big-L2 GPU" with "small kernel" (held-out A100 errors grew with it).
+Stop 26 retried it on the vector kernels, now that device-timed small kernels exist (Vidur's A100 80GB
+and A40, the H200 suite: their adds of 2-32 MB run at 1.05-1.8x the DRAM bandwidth, i.e. from L2).
+One-member leave-one-GPU-out runs over all ten chips, seeds 0 / 1: log2(bytes / L2) clipped to [-3, 2]
+met 33 -> 31 / 30 -> 32 target cells; held-out A40 Vidur elementwise 29.6 -> 21.1 / 29.7 -> 21.4 %,
+A100 80GB Vidur norms 32.7 -> 29.4 / 34.5 -> 27.7 %, but H200 elementwise bf16 34.8 -> 32.0 /
+35.3 -> 46.0 % and softmax bf16 48 -> 53 / 47 -> 54 %. Clipped to [-2, 0] (nothing past the L2 size):
+33 -> 30 / 30 -> 32 cells, H200 elementwise bf16 34.8 -> 46.8 / 35.3 -> 37.5 %. Neither was kept. In the
+same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 us GEMMs come out
+1.3-1.4x too slow) met 33 -> 32 / 30 -> 31 cells with every class mean within 0.5 pp: not kept either.
 """
 from __future__ import annotations
 
