@@ -44,7 +44,8 @@ from simulator.predictor import evaluation as ev  # noqa: E402
 from simulator.predictor import training as tr  # noqa: E402
 from simulator.predictor.dataset import data_dir, data_hash, load_all  # noqa: E402
 from simulator.predictor.kernels import Kernel  # noqa: E402
-from simulator.predictor.mlp import FEATURES, MLPPredictor  # noqa: E402
+from simulator.errors import PredictorError  # noqa: E402
+from simulator.predictor.mlp import MLPPredictor, load_weights  # noqa: E402
 from simulator.predictor.neusight import NeuSightBaseline, _query, build_tile_tables  # noqa: E402
 from simulator.predictor.roofline import RooflinePredictor  # noqa: E402
 from simulator.predictor.tiling import tile_from_kernel_name  # noqa: E402
@@ -81,11 +82,13 @@ def cache_path(group: str, args, what: str) -> Path:
 
 
 def _cached_for(weights: Path, rows_hash: str) -> bool:
-    """Whether cached fold weights were trained with the features this code computes and on the data it
-    loads (``rows_hash``: every measurement, evaluated or trained on); else retrain."""
-    meta = json.loads((weights / "kernel_mlp.json").read_text())
-    return (meta.get("features") == {route: list(names) for route, names in FEATURES.items()}
-            and meta.get("rows_hash") == rows_hash and "power_c_pj" in meta)
+    """Whether cached fold weights are ones the predictor loads (this code's features and model) and were
+    trained on the data it loads (``rows_hash``: every measurement, evaluated or trained on); else retrain."""
+    try:
+        _, meta = load_weights(weights)
+    except PredictorError:
+        return False
+    return meta.get("rows_hash") == rows_hash
 
 
 def fold_weights(group, d, train, rows_hash, args, log) -> Path:

@@ -48,7 +48,7 @@ def test_positive_and_never_faster_than_the_roofline_at_full_peak(mlp, gpu_name)
             peak = gpu.peak_flops_per_s[dtype] if k.family in ("gemm", "attention") else gpu.peak_flops_per_s["fp32"]
             bound = max(k.flops / peak, k.bytes / gpu.memory_bandwidth_bytes_per_s)
             assert seconds >= bound * 0.999, (k, seconds, bound)
-            assert seconds >= min(mlp.fixed_s.values()) * 0.999
+            assert seconds >= mlp.fixed_s(gpu) * 0.999
 
 
 def test_bigger_kernels_are_not_faster(mlp):
@@ -94,7 +94,7 @@ def test_calibration_rescales_towards_the_measured_rate(mlp):
     assert calibrated.latency_s([other], gpu)[0] > mlp.latency_s([other], gpu)[0]
     # A small GEMM, far from the calibration GEMM's utilisation, takes only part of the factor.
     small = Kernel("gemm", "bf16", (1, 256, 256, 256), "nn")
-    fixed = mlp.fixed_s["gemm"]
+    fixed = mlp.fixed_s(gpu)
     slowdown = (calibrated.latency_s([small], gpu)[0] - fixed) / (mlp.latency_s([small], gpu)[0] - fixed)
     assert 1.0 < slowdown < 1.9, slowdown
 
@@ -105,7 +105,7 @@ def test_get_predictor_mlp_is_memoised_and_metadata_complete():
     t = p.latency_s(ks, load_gpu("A40"))
     assert p.name == "mlp" and len(set(t)) == 1 and len(p._cache) == 1
     meta = MLPPredictor().meta
-    for key in ("features", "data_hash", "seed", "validation_mape", "fixed_s", "members"):
+    for key in ("features", "data_hash", "seed", "validation_mape", "fixed_cycles", "members"):
         assert key in meta
 
 

@@ -48,11 +48,11 @@ def test_waves_and_blocks():
 def test_feature_vectors_have_the_documented_width():
     gpu = load_gpu("V100-SXM2-16GB")
     x, ideal = ft.gemm_features([Kernel("gemm", "fp16", (1, 512, 512, 512), "nt")], gpu)
-    assert x.shape == (1, len(ft.GEMM_FEATURES) + 1) and np.isfinite(x).all()  # + the power budget
+    assert x.shape == (1, len(ft.GEMM_FEATURES) + 2) and np.isfinite(x).all()  # + power budget, clock
     ks = [Kernel(op, "bf16" if op != "layernorm" else "fp32", (64, 1024)) for op in ("add", "layernorm", "softmax_bwd")]
     ks.append(Kernel("embedding", "fp16", (64, 1024, 32000)))
     x, ideal = ft.vector_features(ks, load_gpu("A100-SXM4-40GB"))
-    assert x.shape == (4, len(ft.VECTOR_FEATURES)) and np.isfinite(x).all() and (ideal > 0).all()
+    assert x.shape == (4, len(ft.VECTOR_FEATURES) + 1) and np.isfinite(x).all() and (ideal > 0).all()  # + clock
 
 
 def test_alignment_is_the_widest_load_all_operand_rows_share():
@@ -89,8 +89,10 @@ def test_power_budget_is_board_watts_over_the_fp32_peak_for_cuda_core_gemms_only
     t4 = load_gpu("T4")
     ks = [Kernel("gemm", d, (1, 1024, 1024, 1024), "nt") for d in ("fp32", "fp16")]
     x, _ = ft.gemm_features(ks, t4)
-    assert 2 ** x[0, -1] == pytest.approx(70 / t4.peak_flops_per_s["fp32"] * 1e12)  # 8.6 pJ per FLOP
-    assert x[1, -1] == ft.UNCAPPED_LOG2_PJ  # tensor cores: no cap
+    budget = len(ft.GEMM_FEATURES)  # the column after the network's inputs
+    assert 2 ** x[0, budget] == pytest.approx(70 / t4.peak_flops_per_s["fp32"] * 1e12)  # 8.6 pJ per FLOP
+    assert x[1, budget] == ft.UNCAPPED_LOG2_PJ  # tensor cores: no cap
+    assert np.exp(x[0, -1]) == pytest.approx(t4.boost_clock_hz / 1e9)  # last: the clock, for the fixed cycles
 
 
 def test_power_cap_is_a_smooth_min_of_one_and_budget_over_energy():

@@ -257,8 +257,8 @@ def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> 
 
 
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(features [N, len(GEMM_FEATURES) + 1], ideal time s [N]) for GEMM kernels of one dtype or several:
-    the network's inputs, then the power budget (``power_budget_log2_pj``)."""
+    """(features [N, len(GEMM_FEATURES) + 2], ideal time s [N]) for GEMM kernels of one dtype or several:
+    the network's inputs, then the power budget (``power_budget_log2_pj``) and the clock (``clock_column``)."""
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
@@ -290,7 +290,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(align)] + layout + [power_budget_log2_pj(dtypes, gpu)]
+            _log2(align)] + layout + [power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
 
@@ -325,7 +325,8 @@ def _vector_dims(kernel: Kernel) -> tuple[int, int]:
 
 
 def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(features [N, len(VECTOR_FEATURES)], ideal time s [N]) for non-GEMM, non-attention kernels."""
+    """(features [N, len(VECTOR_FEATURES) + 1], ideal time s [N]) for non-GEMM, non-attention kernels: the
+    network's inputs, then the clock (``clock_column``)."""
     n = len(kernels)
     dims = np.array([_vector_dims(k) for k in kernels], dtype=np.int64).reshape(n, 2)
     kinds = [vector_kind(k.op) for k in kernels]
@@ -344,8 +345,14 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
             np.array([k.op.endswith("_bwd") for k in kernels], dtype=float),
             np.array([OPS[k.op].cost == "transcendental" for k in kernels], dtype=float),
             np.where(rowwise, np.clip(_log2(dims[:, 1] * elem / gpu.l1_bytes), *ROW_OVER_L1_RANGE),
-                     ROW_OVER_L1_RANGE[0])] + kind_cols
+                     ROW_OVER_L1_RANGE[0])] + kind_cols + [clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
+
+
+def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
+    """Last column of both feature matrices (not a network input): ln of the GPU's boost clock in GHz,
+    which turns the fitted fixed time in cycles into seconds (``model``)."""
+    return np.full(n, float(np.log(gpu.boost_clock_hz / 1e9)))
 
 
 __all__ = ["log_power_cap", "power_budget_log2_pj", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "peak_flops",

@@ -78,8 +78,8 @@ def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], 
     for route, names in FEATURES.items():
         if meta.get("features", {}).get(route) != list(names):
             raise PredictorError(f"MLP weights in {folder} were trained with other {route} features; retrain them")
-    if "power_c_pj" not in meta:
-        raise PredictorError(f"MLP weights in {folder} were trained without the power cap; retrain them")
+    if "power_c_pj" not in meta or "fixed_cycles" not in meta:
+        raise PredictorError(f"MLP weights in {folder} predate this predictor's model; retrain them")
     with np.load(npz) as data:
         arrays = {k: data[k] for k in data.files}
     members = [{r: Network({k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"m{j}.{r}.")})
@@ -94,9 +94,10 @@ class MLPPredictor:
 
     def __init__(self, weights_dir: Optional[Path] = None, calibration: Optional[dict] = None):
         self.members, self.meta = load_weights(Path(weights_dir) if weights_dir else WEIGHTS_DIR)
-        self.member_fixed_s = [{r: float(f[r]) for r in FEATURES} for f in self.meta["fixed_s"]]
-        #: Fixed time of the ensemble (geometric mean of the members'), the floor of every prediction.
-        self.fixed_s = {r: float(np.exp(np.mean([np.log(f[r]) for f in self.member_fixed_s]))) for r in FEATURES}
+        self.member_fixed_cycles = [float(c) for c in self.meta["fixed_cycles"]]
+        #: Fixed cycles of the ensemble (geometric mean of the members'): over the boost clock, the floor of
+        #: every prediction (``fixed_s``).
+        self.fixed_cycles = float(np.exp(np.mean(np.log(self.member_fixed_cycles))))
         #: Per member {GPU: {route: (offset, slope)}} for GPUs in the training data (``model``).
         self.gpu_offsets = self.meta.get("gpu_offsets") or [{} for _ in self.members]
         self.calibration = calibration
@@ -108,16 +109,16 @@ class MLPPredictor:
         x, ideal = FEATURE_FNS[route](kernels, gpu)
         slot_idx = np.array([OFFSET_SLOTS.index(offset_slot(k.op)) for k in kernels])
         logs = []
-        for nets, fixed, offsets, power_c in zip(self.members, self.member_fixed_s, self.gpu_offsets,
-                                                 self.meta["power_c_pj"]):
+        for nets, cycles, offsets, power_c in zip(self.members, self.member_fixed_cycles, self.gpu_offsets,
+                                                  self.meta["power_c_pj"]):
             logit = nets[route].logit(x)
-            capped = x.shape[1] > len(nets[route].mean)
-            scale = np.exp(-log_power_cap(x[:, -1], np.log(power_c), np)) if capped else 1.0
+            n_in = len(nets[route].mean)
+            scale = np.exp(-log_power_cap(x[:, n_in], np.log(power_c), np)) if route == "gemm" else 1.0
             if gpu.name in offsets:  # a measured GPU keeps what was particular to it
                 offset, slope = np.array([offsets[gpu.name][s] for s in OFFSET_SLOTS])[slot_idx].T
                 logit = logit + offset + slope * throttle_length(ideal)
             logit = np.clip(logit, -30.0, 30.0)
-            logs.append(np.log(fixed[route] + ideal * (1.0 + np.exp(-logit)) * scale))
+            logs.append(np.log(cycles / gpu.boost_clock_hz + ideal * (1.0 + np.exp(-logit)) * scale))
         return np.exp(np.mean(logs, axis=0)), ideal
 
     def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -141,16 +142,20 @@ class MLPPredictor:
         u_big = {}
         for dtype in sorted({k.dtype for k in kernels}):
             big_s, big_ideal = self._route_latency_s("gemm", [Kernel("gemm", dtype, LARGE_GEMM, "nn")], gpu)
-            u_big[dtype] = big_ideal[0] / (big_s[0] - self.fixed_s["gemm"])
+            u_big[dtype] = big_ideal[0] / (big_s[0] - self.fixed_s(gpu))
         for i, k in enumerate(kernels):
             peak = peak_flops(k.dtype, "attention", gpu)
             t_memory = k.bytes / gpu.memory_bandwidth_bytes_per_s
             ideal[i] = max(k.flops / peak, t_memory)
             side = attention.backward_side_kernels(k)
             side_s = float(np.sum(self._route_latency_s("vector", side, gpu)[0])) if side else 0.0
-            out[i] = (self.fixed_s["gemm"] + max(attention.flash_compute_s(k, gpu, peak, u_big[k.dtype]), t_memory)
+            out[i] = (self.fixed_s(gpu) + max(attention.flash_compute_s(k, gpu, peak, u_big[k.dtype]), t_memory)
                       + side_s)
         return out, ideal
+
+    def fixed_s(self, gpu: GpuSpec) -> float:
+        """The ensemble's fixed time on ``gpu`` (s): its fixed cycles at the boost clock."""
+        return self.fixed_cycles / gpu.boost_clock_hz
 
     def latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> np.ndarray:
         kernels = list(kernels)
@@ -163,7 +168,7 @@ class MLPPredictor:
                 key = k.dtype if r != "vector" else "memory"
                 if key in factors:
                     factor, u_cal = factors[key]
-                    fixed = self.fixed_s["vector" if r == "vector" else "gemm"]
+                    fixed = self.fixed_s(gpu)
                     # A GEMM takes the (log) correction in proportion to how close it runs to the
                     # calibration GEMMs' utilisation (module docstring).
                     share = min(1.0, ideal[i] / max(out[i] - fixed, 1e-15) / u_cal) if r == "gemm" else 1.0
@@ -178,7 +183,7 @@ class MLPPredictor:
 
             factors = {}
             for key, pairs in calibration_kernels(self.calibration).items():
-                fixed = self.fixed_s["vector" if key == "memory" else "gemm"]
+                fixed = self.fixed_s(gpu)
                 predicted, ideal, _ = self.raw_latency_s([k for k, _ in pairs], gpu)
                 ratios = [max(t - fixed, 1e-12) / max(p - fixed, 1e-12) for (_, t), p in zip(pairs, predicted)]
                 utilisation = ideal / np.maximum(predicted - fixed, 1e-15)

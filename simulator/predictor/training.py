@@ -312,7 +312,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
             for key, value in export_net(net).items():
                 arrays[f"m{j}.{r}.{key}"] = value.astype(np.float32)
         with torch.no_grad():
-            fixed.append({r: float(torch.exp(model.log_fixed_s)) for r in model.nets})
+            fixed.append(float(torch.exp(model.log_fixed_cycles)))
             power_c.append(round(float(torch.exp(model.log_power_c_pj)), 4))
             n = len(d.labels)
             overheads.append(model.label_overhead_s(torch.arange(n)).numpy().reshape(-1, 2))
@@ -320,7 +320,7 @@ def export(models: Sequence, d: Design, out_dir: Path, metadata: dict) -> None:
     overhead = np.mean(overheads, axis=0) if d.labels else []
     meta = dict(metadata, format=WEIGHTS_FORMAT, members=len(models), timing_p=models[0].timing_p,
                 features={r: list(f) for r, f in ROUTES.items()},
-                fixed_s=fixed, power_c_pj=power_c, gpu_offsets=gpu_offsets,
+                fixed_cycles=fixed, power_c_pj=power_c, gpu_offsets=gpu_offsets,
                 timing_overhead_s={lab: round(float(v[0]), 9) for lab, v in zip(d.labels, overhead)},
                 timing_floor_s={lab: round(float(v[1]), 9) for lab, v in zip(d.labels, overhead)})
     (out_dir / "kernel_mlp.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
