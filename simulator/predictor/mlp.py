@@ -40,6 +40,9 @@ WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
 LARGE_GEMM = (1, 8192, 8192, 8192)
+#: Version of the model the weights' numbers belong to (``training.export`` writes it): 2 = fixed time in
+#: cycles, power cap of fp32 GEMMs. Bump it when a trained parameter changes meaning.
+WEIGHTS_FORMAT = 2
 
 
 def weights_available(folder: Path = WEIGHTS_DIR) -> bool:
@@ -70,7 +73,8 @@ class Network:
 
 def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], dict]:
     """Ensemble members' networks and the metadata from ``kernel_mlp.npz`` / ``kernel_mlp.json``;
-    PredictorError if missing or trained with other features than this code computes."""
+    PredictorError if missing, trained with other features than this code computes or written for another
+    model (``WEIGHTS_FORMAT``)."""
     npz, meta_path = folder / "kernel_mlp.npz", folder / "kernel_mlp.json"
     if not npz.is_file() or not meta_path.is_file():
         raise PredictorError(f"no MLP weights in {folder}; run `simulator fit-predictor --data DIR --out {folder}`")
@@ -78,8 +82,9 @@ def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], 
     for route, names in FEATURES.items():
         if meta.get("features", {}).get(route) != list(names):
             raise PredictorError(f"MLP weights in {folder} were trained with other {route} features; retrain them")
-    if "power_c_pj" not in meta or "fixed_cycles" not in meta:
-        raise PredictorError(f"MLP weights in {folder} predate this predictor's model; retrain them")
+    if meta.get("format") != WEIGHTS_FORMAT:
+        raise PredictorError(f"MLP weights in {folder} are format {meta.get('format')}, this code reads format "
+                             f"{WEIGHTS_FORMAT}; retrain them")
     with np.load(npz) as data:
         arrays = {k: data[k] for k in data.files}
     members = [{r: Network({k.split(".", 2)[2]: v for k, v in arrays.items() if k.startswith(f"m{j}.{r}.")})

@@ -25,11 +25,11 @@ from .dataset import Measurement
 from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, offset_slot, vector_features,
                        vector_kind)
 from .kernels import Kernel
+from .mlp import WEIGHTS_FORMAT
 
 ROUTES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
 HOST_TIMINGS = ("event", "host")
-WEIGHTS_FORMAT = 1
 
 
 def route_of(kernel: Kernel) -> str:
