@@ -43,6 +43,11 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe | 1f1b (default 1f1b)")
     p.add_argument("--dtype", default="bf16", help="fp32 | tf32 | bf16 | fp16 (default bf16 mixed precision)")
     p.add_argument("--attention", default="auto", help="auto | flash | unfused (default: flash for bf16/fp16)")
+    p.add_argument("--recompute", default="none",
+                   help="activation recomputation: none | selective (attention core) | full (every layer)")
+    p.add_argument("--host-overhead-us", type=float,
+                   help="host time to issue one kernel, in us (default 0: the host keeps up; eager "
+                        "Megatron-DeepSpeed: about 60)")
     p.add_argument("--predictor", default=None, help="kernel predictor: mlp | roofline (default: mlp if shipped)")
     p.add_argument("--calibration", metavar="FILE",
                    help="calibration from `simulator collect --quick` on the target GPU (mlp predictor)")
@@ -63,7 +68,8 @@ def _simulate(args: argparse.Namespace) -> int:
     global_batch = args.global_batch if args.global_batch is not None else args.dp * args.micro_batch
     plan = load_plan(dict(dp=args.dp, tp=args.tp, pp=args.pp, micro_batch_size=args.micro_batch,
                           global_batch_size=global_batch, schedule=args.schedule, dtype=args.dtype,
-                          attention=args.attention))
+                          attention=args.attention, recompute=args.recompute,
+                          host_overhead_us=args.host_overhead_us))
     predictor = args.predictor or api.default_predictor()
     if args.calibration:
         from .predictor import get_predictor

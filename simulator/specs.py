@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from .units import DTYPE_BYTES, DTYPES  # noqa: F401  (re-exported: part of the specs vocabulary)
 
@@ -179,7 +179,13 @@ class WorkloadSpec(Spec):
 
 
 class PlanSpec(Spec):
-    """A parallel plan. ``global_batch_size`` counts sequences per optimizer step."""
+    """A parallel plan. ``global_batch_size`` counts sequences per optimizer step.
+
+    ``recompute`` is activation recomputation (Korthikanti et al. 2022): ``full`` keeps only each layer's
+    input and reruns the layer's forward (its tensor-parallel all-reduces included) before its backward
+    (Megatron's ``--recompute-granularity full``, DeepSpeed's activation checkpointing); ``selective``
+    reruns only the attention core (score, mask, softmax, dropout, context) and drops its activations,
+    which flash attention already does."""
 
     dp: PositiveInt = 1
     tp: PositiveInt = 1
@@ -189,6 +195,8 @@ class PlanSpec(Spec):
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
     attention: Literal["auto", "flash", "unfused"] = "auto"
+    recompute: Literal["none", "selective", "full"] = "none"
+    host_overhead_s: NonNegativeFloat = 0.0  # host time to issue one kernel (0: the host always keeps up)
 
     @property
     def num_gpus(self) -> int:

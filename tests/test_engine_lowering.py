@@ -55,3 +55,19 @@ def test_collapsed_equals_full_simulation(fields, nodes):
     b = simulate(cluster, tiny_model(), p, "roofline", collapse=False)
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-9)
     assert a.compute_s == pytest.approx(b.compute_s, rel=1e-9)
+
+
+def test_host_overhead_floors_a_segment_at_its_kernel_count():
+    from simulator.parallel.lowering import segments
+    from simulator.predictor.kernels import vector
+    from simulator.workload.transformer import Compute
+
+    class Fixed:
+        def latency_s(self, kernels, gpu):
+            return [10e-6] * len(kernels)
+
+    steps = [Compute(f"k{i}", vector("add", 8, 8, "fp16")) for i in range(5)]
+    cluster = make_cluster()
+    assert segments(steps, Fixed(), cluster)[0].duration_s == pytest.approx(50e-6)
+    assert segments(steps, Fixed(), cluster, host_s=4e-6)[0].duration_s == pytest.approx(50e-6)  # GPU-bound
+    assert segments(steps, Fixed(), cluster, host_s=30e-6)[0].duration_s == pytest.approx(150e-6)  # host-bound

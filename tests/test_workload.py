@@ -106,3 +106,34 @@ def test_model_flops_per_step(gpt2_large):
     b, s, l, h, v = 4, 1024, 36, 1280, 50257
     expected = 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * h * l))
     assert memory.model_flops_per_step(gpt2_large, 4) == pytest.approx(expected)
+
+
+def test_full_recompute_reruns_the_layer_forward_before_its_backward(gpt2_large):
+    plan = PlanSpec(tp=2, micro_batch_size=2, global_batch_size=2, dtype="fp16", attention="unfused")
+    plain, full = (layer_backward(make_shard(gpt2_large, plan.model_copy(update=dict(recompute=r))))
+                   for r in ("none", "full"))
+    fwd = layer_forward(make_shard(gpt2_large, plan))
+    assert _flops(full) == pytest.approx(_flops(plain) + _flops(fwd))
+    assert [s.name for s in full[:len(fwd)]] == ["recompute." + s.name for s in fwd]
+    # the rerun forward repeats its two tensor-parallel all-reduces
+    assert sum(isinstance(s, Collective) for s in full) == 4
+
+
+def test_selective_recompute_reruns_the_attention_core_unless_flash(gpt2_large):
+    plan = PlanSpec(micro_batch_size=2, global_batch_size=2, dtype="fp16", attention="unfused", recompute="selective")
+    names = [s.name for s in layer_backward(make_shard(gpt2_large, plan))]
+    rerun = [n for n in names if n.startswith("recompute.")]
+    assert rerun == ["recompute.attn." + n for n in ("score", "mask", "softmax", "dropout", "context")]
+    assert names.index("recompute.attn.context") < names.index("attn.context.dgrad_p")
+    flash = plan.model_copy(update=dict(attention="flash"))
+    assert not any(s.name.startswith("recompute.") for s in layer_backward(make_shard(gpt2_large, flash)))
+
+
+def test_recompute_shrinks_activation_memory(gpt2_large):
+    base = PlanSpec(pp=2, micro_batch_size=4, global_batch_size=32, dtype="fp16")
+    acts = {r: memory.stage_memory(gpt2_large, base.model_copy(update=dict(recompute=r)), 0, flash=False)
+            .activations_bytes for r in ("none", "selective", "full")}
+    assert acts["full"] < acts["selective"] < acts["none"]
+    # full: each of 2 in-flight micro-batches keeps 18 layer inputs of 2sbh bytes, plus one layer recomputed
+    layer = memory.activation_bytes_per_layer(gpt2_large, base, flash=False)
+    assert acts["full"] == pytest.approx(2 * 18 * 2 * 1024 * 4 * 1280 + layer - 2 * 1024 * 4 * 1280)

@@ -17,7 +17,7 @@ from ..specs import ClusterSpec, PlanSpec, WorkloadSpec
 from ..workload import memory
 from ..workload.transformer import (Collective, Compute, Shard, Step, embedding_backward, embedding_forward,
                                     head_backward, head_forward, layer_backward, layer_forward, make_shard,
-                                    optimizer_step)
+                                    optimizer_step, prefixed)
 from .mesh import Mesh
 from .schedules import SCHEDULES
 
@@ -40,27 +40,24 @@ def _stage_steps(sh: Shard, stage: int, stages: int, backward: bool) -> list[Ste
         if stage == 0:
             steps += embedding_forward(sh)
         for i in range(first, first + layers):
-            steps += [_prefixed(s, f"L{i}.") for s in layer_forward(sh)]
+            steps += [prefixed(s, f"L{i}.") for s in layer_forward(sh)]
         if stage == stages - 1:
             steps += head_forward(sh)
     else:
         if stage == stages - 1:
             steps += head_backward(sh)
         for i in reversed(range(first, first + layers)):
-            steps += [_prefixed(s, f"L{i}.") for s in layer_backward(sh)]
+            steps += [prefixed(s, f"L{i}.") for s in layer_backward(sh)]
         if stage == 0:
             steps += embedding_backward(sh)
     return steps
 
 
-def _prefixed(step: Step, prefix: str) -> Step:
-    if isinstance(step, Compute):
-        return Compute(prefix + step.name, step.kernel)
-    return Collective(prefix + step.name, step.collective, step.axis, step.size_bytes)
-
-
-def segments(steps: list[Step], predictor: Predictor, cluster: ClusterSpec) -> list[Segment]:
-    """Merge runs of kernels into compute segments (durations summed) between collectives."""
+def segments(steps: list[Step], predictor: Predictor, cluster: ClusterSpec, host_s: float = 0.0) -> list[Segment]:
+    """Merge runs of kernels into compute segments between collectives. A segment lasts its kernels' summed
+    time, or, when the host cannot issue them that fast, ``host_s`` per kernel (the framework's launch
+    cost, ``PlanSpec.host_overhead_s``: eager PyTorch issues one kernel per op, and kernels shorter than
+    that leave the GPU waiting)."""
     kernels = [s.kernel for s in steps if isinstance(s, Compute)]
     times = iter(predictor.latency_s(kernels, cluster.gpu)) if kernels else iter(())
     out: list[Segment] = []
@@ -69,7 +66,7 @@ def segments(steps: list[Step], predictor: Predictor, cluster: ClusterSpec) -> l
     def flush() -> None:
         if run:
             name = run[0][0] if len(run) == 1 else f"{run[0][0]} .. {run[-1][0]}"
-            out.append(ComputeSegment(name, sum(t for _, t in run), len(run)))
+            out.append(ComputeSegment(name, max(sum(t for _, t in run), host_s * len(run)), len(run)))
             run.clear()
 
     for step in steps:
@@ -111,7 +108,8 @@ class _Lowering:
         self.sim = {s: ([self.mesh.rank(0, s, 0)] if collapse else self.mesh.stage_ranks(s)) for s in range(plan.pp)}
         self.shard = make_shard(model, plan)
         self.templates = {
-            (s, kind): segments(_stage_steps(self.shard, s, plan.pp, kind == "B"), predictor, cluster)
+            (s, kind): segments(_stage_steps(self.shard, s, plan.pp, kind == "B"), predictor, cluster,
+                                plan.host_overhead_s)
             for s in range(plan.pp) for kind in ("F", "B")
         }
         self.predictor = predictor
@@ -204,7 +202,8 @@ class _Lowering:
     def optimizer(self) -> None:
         for s in range(self.plan.pp):
             params = int(memory.stage_params(self.model, self.plan.pp, s) / self.plan.tp)
-            segs = segments(optimizer_step(params, self.plan.dtype), self.predictor, self.cluster)
+            segs = segments(optimizer_step(params, self.plan.dtype), self.predictor, self.cluster,
+                            self.plan.host_overhead_s)
             for r in self.sim[s]:
                 for i, seg in enumerate(segs):
                     k = self.b.add(("opt", s, i, r), ComputeTask, self.frontier[r], rank=r, duration_s=seg.duration_s,

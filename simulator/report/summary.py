@@ -26,7 +26,9 @@ def format_summary(r: SimulationResult) -> str:
         f"{r.workload} on {r.cluster} ({r.num_gpus} x {r.gpu}), predictor: {r.predictor}",
         f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} micro-batch={p['micro_batch_size']} "
         f"global-batch={p['global_batch_size']} ({p['global_batch_size'] // (p['dp'] * p['micro_batch_size'])} "
-        f"micro-batches) schedule={p['schedule']} dtype={p['dtype']}",
+        f"micro-batches) schedule={p['schedule']} dtype={p['dtype']}"
+        + (f" recompute={p['recompute']}" if p.get("recompute", "none") != "none" else "")
+        + (f" host-overhead={p['host_overhead_s'] * 1e6:g}us" if p.get("host_overhead_s") else ""),
         "",
         f"step time        {_time(r.step_time_s)}",
         f"  compute        {_time(r.compute_s):>12}  {_pct(r.compute_s, r.step_time_s)}",

@@ -4,7 +4,9 @@ Activation memory follows Korthikanti et al. 2022 ("Reducing Activation Recomput
 Transformer Models", eq. 2 with tensor parallelism, no sequence parallelism): per layer and
 micro-batch ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes with 2-byte activations; scaled here by the
 activation element size, with the 5as/h term (attention scores) dropped when flash attention keeps
-them out of memory. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
+them out of memory or selective recomputation drops them (their section 5). Full recomputation keeps
+each layer's input, 2sbh bytes (their section 4.1); either way the layer being back-propagated holds
+what it recomputed as well. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
 """
 from __future__ import annotations
 
@@ -79,9 +81,15 @@ class MemoryEstimate:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
 
-def activation_bytes_per_layer(m: WorkloadSpec, plan: PlanSpec, flash: bool) -> float:
+def activation_bytes_per_layer(m: WorkloadSpec, plan: PlanSpec, flash: bool, stored: bool = True) -> float:
+    """Activation bytes one layer keeps per micro-batch until its backward (``stored``), or holds while it
+    runs its backward (``stored=False``: everything, recomputed or not)."""
     s, b, h, a, t = m.seq_len, plan.micro_batch_size, m.hidden, m.heads, plan.tp
-    per_2byte = s * b * h * (10 + 24 / t + (0 if flash else 5 * a * s / (h * t)))
+    if stored and plan.recompute == "full":
+        per_2byte = 2 * s * b * h
+    else:
+        scores = flash or (stored and plan.recompute == "selective")
+        per_2byte = s * b * h * (10 + 24 / t + (0 if scores else 5 * a * s / (h * t)))
     act_bytes = 4 if plan.dtype in ("fp32", "tf32") else 2
     return per_2byte * act_bytes / 2
 
@@ -102,7 +110,10 @@ def stage_memory(m: WorkloadSpec, plan: PlanSpec, stage: int, flash: bool) -> Me
     else:
         weights, grads, optim = 4 * params, 4 * params, 8 * params
     layers = m.layers // plan.pp
-    acts = activation_bytes_per_layer(m, plan, flash) * layers * in_flight_micro_batches(plan, stage)
+    stored = activation_bytes_per_layer(m, plan, flash)
+    # plus what the layer being back-propagated has recomputed
+    acts = stored * layers * in_flight_micro_batches(plan, stage) + (
+        activation_bytes_per_layer(m, plan, flash, stored=False) - stored)
     if stage == plan.pp - 1:  # logits (+ their fp32 copy in the loss) of the micro-batch in flight
         tokens = plan.micro_batch_size * m.seq_len
         acts += tokens * (m.vocab / plan.tp) * (DTYPE_BYTES[plan.dtype] + 4)

@@ -41,6 +41,7 @@ class Shard:
     tp: int
     dtype: str  # compute dtype of GEMMs: fp32 | tf32 | bf16 | fp16
     flash: bool
+    recompute: str = "none"  # none | selective | full (PlanSpec.recompute)
 
     @property
     def tokens(self) -> int:
@@ -62,7 +63,14 @@ class Shard:
 
 def make_shard(model: WorkloadSpec, plan: PlanSpec) -> Shard:
     flash = plan.attention == "flash" or (plan.attention == "auto" and plan.mixed_precision)
-    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash)
+    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash, plan.recompute)
+
+
+def prefixed(step: Step, prefix: str) -> Step:
+    """``step`` renamed ``prefix + name``."""
+    if isinstance(step, Compute):
+        return Compute(prefix + step.name, step.kernel)
+    return Collective(prefix + step.name, step.collective, step.axis, step.size_bytes)
 
 
 def _linear_fwd(name: str, tokens: int, n_in: int, n_out: int, sh: Shard) -> Step:
@@ -106,24 +114,29 @@ def _fc1_width(sh: Shard) -> int:
     return gates * sh.model.ffn_hidden // sh.tp
 
 
-def _attention_fwd(sh: Shard) -> list[Step]:
-    m, t = sh.model, sh.tokens
+def _attention_core(sh: Shard) -> list[Step]:
+    """Attention from Q, K, V to the context: one fused kernel, or score BMM, mask, softmax, dropout and
+    context BMM (what selective recomputation reruns)."""
+    m = sh.model
     heads, d, s, b = m.heads // sh.tp, m.head_dim, m.seq_len, sh.micro_batch
-    steps: list[Step] = []
-    if m.position_embedding == "rope":
-        steps.append(_v("attn.rope", "rope", t, (m.heads + m.num_kv_heads) * d // sh.tp, sh))
     if sh.flash:
-        steps.append(Compute("attn.flash", Kernel("flash_attn", sh.dtype, (b, heads, s, s, d, int(sh.causal)))))
-        return steps
+        return [Compute("attn.flash", Kernel("flash_attn", sh.dtype, (b, heads, s, s, d, int(sh.causal))))]
     rows = b * heads * s
-    steps += [
+    return [
         Compute("attn.score", gemm(s, s, d, sh.dtype, b=b * heads, layout="nt")),
         _v("attn.mask", "masked_fill", rows, s, sh),
         _v("attn.softmax", "softmax", rows, s, sh),
         _v("attn.dropout", "dropout", rows, s, sh),
         Compute("attn.context", gemm(s, d, s, sh.dtype, b=b * heads, layout="nn")),
     ]
-    return steps
+
+
+def _attention_fwd(sh: Shard) -> list[Step]:
+    m = sh.model
+    steps: list[Step] = []
+    if m.position_embedding == "rope":
+        steps.append(_v("attn.rope", "rope", sh.tokens, (m.heads + m.num_kv_heads) * m.head_dim // sh.tp, sh))
+    return steps + _attention_core(sh)
 
 
 def _attention_bwd(sh: Shard) -> list[Step]:
@@ -181,11 +194,22 @@ def layer_forward(sh: Shard) -> list[Step]:
     ]
 
 
+def _recomputed(sh: Shard) -> tuple[list[Step], list[Step]]:
+    """(steps rerun before a layer's backward, steps rerun before its attention backward)."""
+    if sh.recompute == "full":
+        return [prefixed(s, "recompute.") for s in layer_forward(sh)], []
+    if sh.recompute == "selective" and not sh.flash:  # flash attention's backward recomputes on its own
+        return [], [prefixed(s, "recompute.") for s in _attention_core(sh)]
+    return [], []
+
+
 def layer_backward(sh: Shard) -> list[Step]:
-    """One layer's backward: input and weight gradients, in reverse order of the forward."""
+    """One layer's backward: input and weight gradients, in reverse order of the forward, after what
+    activation recomputation reruns."""
     m, t, h = sh.model, sh.tokens, sh.model.hidden
     attn_width = m.heads * m.head_dim // sh.tp
-    return [
+    layer, attention = _recomputed(sh)
+    return layer + [
         _v("mlp.dropout_out_bwd", "dropout_bwd", t, h, sh),
         *_linear_bwd("mlp.fc2", t, m.ffn_hidden // sh.tp, h, sh),
         _activation_bwd(sh),
@@ -195,6 +219,7 @@ def layer_backward(sh: Shard) -> list[Step]:
         _v("mlp.residual_bwd", "add", t, h, sh),
         _v("attn.dropout_out_bwd", "dropout_bwd", t, h, sh),
         *_linear_bwd("attn.proj", t, attn_width, h, sh),
+        *attention,
         *_attention_bwd(sh),
         *_linear_bwd("attn.qkv", t, h, _qkv_width(sh), sh),
         *_tp_all_reduce("attn.qkv.dgrad_all_reduce", sh),
