@@ -2,7 +2,10 @@ import pytest
 
 from simulator.hardware import load_gpu
 from simulator.specs import ClusterSpec, IntraNodeSpec
+from simulator.collectives import lower_collective
+from simulator.collectives.cost import estimate
 from simulator.topology import build_topology, route
+from simulator.topology.links import SOCKET_PROXY_ONE_WAY_BYTES_PER_S, SOCKET_PROXY_TOTAL_BYTES_PER_S
 from simulator.topology.routing import bottleneck_bytes_per_s, path_kind, route_latency_s
 
 from conftest import make_cluster
@@ -111,7 +114,21 @@ def test_fat_tree_oversubscription_limits_uplinks():
 def test_socket_transport_stages_through_the_cpu():
     c = make_cluster(2, nodes=2, nics=1, transport="socket")
     r = route(build_topology(c), 0, 2)
-    assert ("n0.cpu0", "n0.nic0") in r and ("n1.nic0", "n1.cpu0") in r
+    assert ("n0.cpu0", "n0.proxy0.in") in r and ("n0.proxy0.out", "n0.nic0") in r
+    assert ("n1.nic0", "n1.proxy2.in") in r and ("n1.proxy2.out", "n1.cpu0") in r
+
+
+def test_socket_proxy_caps_a_rank_not_the_port():
+    """One rank's proxy thread moves 7.7 GB/s one way and 11.7 both ways together; two ranks per node have
+    two proxies (a 400 Gb/s port so that only the proxies limit)."""
+    c = make_cluster(2, nodes=2, nics=1, transport="socket", nic_bw=50e9)
+    topo = build_topology(c)
+    one_way = estimate(topo, "send_recv", (0, 2), 1e9)
+    assert 1e9 / one_way.time_s == pytest.approx(SOCKET_PROXY_ONE_WAY_BYTES_PER_S, rel=0.01)
+    both = estimate(topo, "all_reduce", (0, 2), 1e9, algorithm="ring", protocol="Simple")
+    assert both.busbw_bytes_per_s == pytest.approx(SOCKET_PROXY_TOTAL_BYTES_PER_S / 2, rel=0.02)
+    pair = lower_collective(topo, "all_to_all", (0, 1, 2, 3), 1e9)
+    assert len({e for f in pair.flows for e in f.edges if ".proxy" in e[0] and e[1].endswith(".out")}) == 4
 
 
 def test_route_latency_adds_hops():

@@ -212,7 +212,15 @@ def _cross(topo: Topology, exit_rank: int, entry_rank: int, next_rank: int, nic_
 
 
 def _nic_channels(topo: Topology, nodes: list[list[int]]) -> list[tuple[int, list[int]]]:
-    """(NIC index, entry rank on every node) per channel: one channel per NIC serving node 0's members."""
+    """(NIC index, entry rank on every node) per channel: one channel per NIC serving node 0's members.
+    A socket-transport NIC hangs off the CPU, as far from one GPU as from another, so its channels enter
+    each node through every member in turn, each with its own proxy thread (Vidur's two DGX A100s on one
+    TCP port: 5.9 GB/s ring bus bandwidth at 1 GPU per node, 21.4 at 4, the port's rate)."""
+    inter = topo.cluster.inter_node
+    if len(nodes) > 1 and inter is not None and inter.transport == "socket":
+        nics = dict.fromkeys(topo.nic_index(n) for r in nodes[0] for n in topo.nics_of(r))
+        width = min(len(m) for m in nodes)
+        return [(idx, [m[j] for m in nodes]) for idx in nics for j in range(width)]
     out = []
     for nic in dict.fromkeys(n for r in nodes[0] for n in topo.nics_of(r)):
         idx = topo.nic_index(nic)

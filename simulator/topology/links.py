@@ -18,6 +18,9 @@ All figures are per direction. Sources are digested in ``shared/docs/network-mod
   RTX 2080 / Titan RTX Gen3 boxes in Aceso's profiles move 10.4 GB/s one way (point-to-point; Aceso writes
   9.9 MiB/ms) and 4-5 GB/s each way at once (rings, all-to-all).
 * CPU socket interconnect: NCCL's constants (topo.h): Skylake-class UPI 10 GB/s by default.
+* NCCL's socket transport (TCP, no RDMA): one proxy thread per rank drives all of that rank's connections
+  (NCCL_SOCKET_NTHREADS / NSOCKS_PERTHREAD default to none / one outside AWS and GCP), so a rank's traffic
+  between nodes is capped by what one thread copies: ``SOCKET_PROXY_*`` below.
 * NICs: 0.94 of line rate for RDMA (HDR 23.5 of 25 GB/s, NDR 46-48.5 of 50: SimAI, nccl-tests#290).
 """
 from __future__ import annotations
@@ -37,6 +40,13 @@ SHM_EFFICIENCY = 0.66
 #: of 3.1-3.7 / 4.4 / 4.8.
 SHM_RING_FILL_STEPS = 0.45
 CPU_INTERCONNECT_BYTES_PER_S = 10e9
+#: One rank's socket proxy: one way, and its sends and receives together. Fitted on Vidur's two DGX A100s over
+#: one 200 Gb/s TCP port with one GPU per node: send/recv 7.65-7.8 GB/s from 2 MiB on, a 2-rank all-reduce
+#: 5.8-5.9 GB/s each way at once (11.7 both ways), far below the 23.5 GB/s port. A different host shows the
+#: same one-way rate: Vidur's A100 PCIe hosts on 25 GbE send 7-9 GB/s (the sender's time) while the message
+#: still fits the connection's buffers.
+SOCKET_PROXY_ONE_WAY_BYTES_PER_S = 7.7e9
+SOCKET_PROXY_TOTAL_BYTES_PER_S = 11.7e9
 
 
 def gpu_family(gpu_name: str) -> str:

@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 import networkx as nx
 
 from .graph import Topology
+from .network import nic_attachment, proxy
 
 Edge = tuple[str, str]
 
@@ -85,14 +86,32 @@ def _memo(topo: Topology, key: tuple, compute) -> tuple[Edge, ...]:
     return cached
 
 
+def _nic_host(topo: Topology, nic: str) -> Optional[str]:
+    """The CPU socket a socket-transport NIC hangs off (None for RDMA NICs)."""
+    if topo.cluster.inter_node.transport != "socket":
+        return None
+    return nic_attachment(topo.cluster, int(nic.split(".")[0][1:]), topo.nic_index(nic))
+
+
 def to_nic(topo: Topology, rank: int, nic: str) -> tuple[Edge, ...]:
-    """GPU ``rank`` -> NIC ``nic`` of its own node over PCIe (and through the CPU for socket transport)."""
-    return _memo(topo, ("to_nic", rank, nic), lambda: _host_path(topo, topo.node_of(rank), f"gpu{rank}", nic))
+    """GPU ``rank`` -> NIC ``nic`` of its own node over PCIe (for socket transport: up to the CPU, then
+    through the rank's proxy)."""
+    def compute() -> list[str]:
+        node, cpu = topo.node_of(rank), _nic_host(topo, nic)
+        if cpu is None:
+            return _host_path(topo, node, f"gpu{rank}", nic)
+        return _host_path(topo, node, f"gpu{rank}", cpu) + [*proxy(rank, node), nic]
+    return _memo(topo, ("to_nic", rank, nic), compute)
 
 
 def from_nic(topo: Topology, nic: str, rank: int) -> tuple[Edge, ...]:
     """NIC ``nic`` -> GPU ``rank`` of the same node (not simply ``to_nic`` reversed: staging edges are one-way)."""
-    return _memo(topo, ("from_nic", nic, rank), lambda: _host_path(topo, topo.node_of(rank), nic, f"gpu{rank}"))
+    def compute() -> list[str]:
+        node, cpu = topo.node_of(rank), _nic_host(topo, nic)
+        if cpu is None:
+            return _host_path(topo, node, nic, f"gpu{rank}")
+        return [nic, *proxy(rank, node)] + _host_path(topo, node, cpu, f"gpu{rank}")
+    return _memo(topo, ("from_nic", nic, rank), compute)
 
 
 def between_nics(topo: Topology, src_nic: str, dst_nic: str) -> tuple[Edge, ...]:
