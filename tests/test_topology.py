@@ -134,3 +134,14 @@ def test_socket_proxy_caps_a_rank_not_the_port():
 def test_route_latency_adds_hops():
     topo = build_topology(make_cluster(4, kind="nvswitch", intra_latency=2e-6))
     assert route_latency_s(topo, route(topo, 0, 1)) == pytest.approx(2e-6)
+
+
+def test_socket_rings_spread_channels_over_the_gpus():
+    """A CPU-attached NIC is as far from every GPU: one ring channel per member GPU, each with its own proxy,
+    so 4 GPUs per node fill a 200 Gb/s port that one GPU per node cannot."""
+    topo = build_topology(make_cluster(4, nodes=2, nics=1, transport="socket"))
+    one = estimate(topo, "all_reduce", (0, 4), 1e9, algorithm="ring", protocol="Simple")
+    four = estimate(topo, "all_reduce", tuple(range(8)), 1e9, algorithm="ring", protocol="Simple")
+    assert four.channels == 4 and one.channels == 1
+    assert one.busbw_bytes_per_s == pytest.approx(SOCKET_PROXY_TOTAL_BYTES_PER_S / 2, rel=0.02)
+    assert four.busbw_bytes_per_s == pytest.approx(25e9 * 0.94, rel=0.05)
