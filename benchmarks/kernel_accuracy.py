@@ -23,6 +23,8 @@ cores and run about 5x slower), then assemble the table from their caches:
 
 An MLP experiment (one member, another seed) reuses the cached NeuSight baselines and takes about
 5 minutes for all ten folds on one core: ``--members 1 --seed 1 --threads 1 --resume --name NAME``.
+On a fresh machine (no cache) add ``--neusight-from benchmarks/results/kernel_accuracy.json``: the NeuSight
+columns are then that file's, not retrained (6 min for all folds as two one-thread processes).
 """
 from __future__ import annotations
 
@@ -105,6 +107,8 @@ def fold_weights(group, d, train, rows_hash, args, log) -> Path:
 
 def fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash, args, log):
     """(MAPE table, tile-match rates) of the NeuSight baseline trained on the fold's training GPUs."""
+    if args.neusight_from:
+        return neusight_from_results(group, gpus, Path(args.neusight_from))
     path = cache_path(group, args, "neusight.json")
     saved = json.loads(path.read_text()) if args.resume and path.is_file() else {}
     if saved.get("rows_hash") == rows_hash:
@@ -120,6 +124,17 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash, arg
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"table": {"|".join(k): v for k, v in table.items()}, "tiles": tiles,
                                 "rows_hash": rows_hash}))
+    return table, tiles
+
+
+def neusight_from_results(group, gpus, results: Path):
+    """The NeuSight baseline's (MAPE table, tile-match rates) for one fold, read from an earlier run's results
+    file instead of retrained (``--neusight-from``): an MLP experiment then takes minutes, not an hour."""
+    saved = json.loads(results.read_text())
+    table = {(r["gpu"], r["dataset"], r["class"], r["dtype"]): (r["neusight"], r["n"])
+             for r in saved["rows"] if r["fold"] == group and "neusight" in r}
+    tiles = {g: tuple(v) for g, v in saved["tile_match_pct"]["neusight"].items()
+             if g in gpus and tr.holdout_group(gpus[g]) == group}
     return table, tiles
 
 
@@ -212,7 +227,8 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
            f"width {args.neusight_width}, max rows {args.neusight_rows}); "
            + ("folds trained by earlier runs and reused with `--resume` (a full run: about 1.5 h on 2 cores "
               "as two `--threads 1 --folds ...` processes)." if args.resume else
-              f"{elapsed_s / 60:.0f} min on this machine."), "",
+              f"{elapsed_s / 60:.0f} min on this machine.")
+           + (f" NeuSight columns read from `{args.neusight_from}`, not retrained." if args.neusight_from else ""), "",
            "MAPE (%) of the held-out GPU's measurements; `mlp` = specs only, `mlp+cal` = with an emulated "
            "`collect --quick` calibration. Target: GEMM/BMM/linear <= 10 %, elementwise/softmax/norm <= 12 %, "
            "and better than roofline and NeuSight. `memory` rows (Vidur's embedding) and `attention` rows "
@@ -266,6 +282,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=tr.SHIPPED.threads,
                    help="torch threads per process (1 when running several processes with --folds side by side)")
     p.add_argument("--resume", action="store_true", help="reuse folds finished by an earlier run with the same settings")
+    p.add_argument("--neusight-from", metavar="JSON",
+                   help="take the NeuSight columns from an earlier results file (e.g. benchmarks/results/"
+                        "kernel_accuracy.json) instead of retraining NeuSight: for MLP experiments")
     p.add_argument("--name", help="results file name (default kernel_accuracy, or kernel_accuracy_quick with --quick)")
     args = p.parse_args(argv)
     defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
