@@ -38,6 +38,9 @@ CASES = [  # (cluster, nodes, collective, group)
     ("dgx-h100-2node", None, "all_gather", tuple(range(16))),
     ("dgx-h100-2node", None, "all_to_all", tuple(range(16))),
     ("dgx-a100-2node", None, "all_reduce", (0, 8)),
+    ("dgx-a100-2node-200gbe", None, "all_reduce", tuple(range(16))),  # socket proxies, channels per GPU
+    ("dgx-a100-2node-200gbe", None, "all_to_all", (0, 1, 8, 9)),
+    ("a100-pcie-nvlink-pairs", 2, "send_recv", (0, 4)),
 ]
 
 
