@@ -3,7 +3,8 @@
 Every physical link is two directed edges, each with ``capacity_bytes_per_s`` (usable bandwidth per
 direction = line rate x efficiency), ``latency_s`` and ``kind``. Node names: ``gpu{rank}``,
 ``n{node}.nvswitch``, ``n{node}.pcie{i}`` (PCIe switches), ``n{node}.cpu{s}`` (sockets / root complexes),
-``n{node}.nic{i}``, ``rail{i}`` / ``leaf{j}``, ``spine``. The builders live in ``nodes`` (inside a node)
+``n{node}.nic{i}``, ``rail{i}`` / ``leaf{j}``, ``spine``; with socket transport ``n{node}.proxy{rank}.in`` /
+``.out`` (a GPU's proxy thread between its CPU and the NIC). The builders live in ``nodes`` (inside a node)
 and ``network`` (between nodes); link efficiencies and their sources in ``links``.
 """
 from __future__ import annotations
