@@ -45,6 +45,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention", default="auto", help="auto | flash | unfused (default: flash for bf16/fp16)")
     p.add_argument("--recompute", default="none",
                    help="activation recomputation: none | selective (attention core) | full (every layer)")
+    p.add_argument("--loss", default="fused",
+                   help="cross entropy: fused (one kernel each way) | unfused (Megatron's fp32 passes)")
     p.add_argument("--host-overhead-us", type=float,
                    help="host time to issue one kernel, in us (default 0: the host keeps up; eager "
                         "Megatron-DeepSpeed: about 60)")
@@ -68,7 +70,7 @@ def _simulate(args: argparse.Namespace) -> int:
     global_batch = args.global_batch if args.global_batch is not None else args.dp * args.micro_batch
     plan = load_plan(dict(dp=args.dp, tp=args.tp, pp=args.pp, micro_batch_size=args.micro_batch,
                           global_batch_size=global_batch, schedule=args.schedule, dtype=args.dtype,
-                          attention=args.attention, recompute=args.recompute,
+                          attention=args.attention, recompute=args.recompute, loss=args.loss,
                           host_overhead_us=args.host_overhead_us))
     predictor = args.predictor or api.default_predictor()
     if args.calibration:

@@ -185,7 +185,11 @@ class PlanSpec(Spec):
     input and reruns the layer's forward (its tensor-parallel all-reduces included) before its backward
     (Megatron's ``--recompute-granularity full``, DeepSpeed's activation checkpointing); ``selective``
     reruns only the attention core (score, mask, softmax, dropout, context) and drops its activations,
-    which flash attention already does."""
+    which flash attention already does.
+
+    ``loss`` is the cross-entropy's implementation: ``fused`` reads the logits once forward and once backward
+    (a fused kernel: Apex, Liger, Megatron's ``--cross-entropy-loss-fusion``); ``unfused`` is Megatron's
+    default vocab-parallel cross entropy, elementwise passes over an fp32 copy of the logits."""
 
     dp: PositiveInt = 1
     tp: PositiveInt = 1
@@ -196,6 +200,7 @@ class PlanSpec(Spec):
     dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
     attention: Literal["auto", "flash", "unfused"] = "auto"
     recompute: Literal["none", "selective", "full"] = "none"
+    loss: Literal["fused", "unfused"] = "fused"
     host_overhead_s: NonNegativeFloat = 0.0  # host time to issue one kernel (0: the host always keeps up)
 
     @property

@@ -2,7 +2,7 @@ import pytest
 
 from simulator.specs import PlanSpec
 from simulator.workload import memory
-from simulator.workload.transformer import (Collective, Compute, head_forward, layer_backward, layer_forward,
+from simulator.workload.transformer import (Collective, Compute, head_backward, head_forward, layer_backward, layer_forward,
                                             make_shard, optimizer_step)
 
 from conftest import tiny_model
@@ -137,3 +137,23 @@ def test_recompute_shrinks_activation_memory(gpt2_large):
     # full: each of 2 in-flight micro-batches keeps 18 layer inputs of 2sbh bytes, plus one layer recomputed
     layer = memory.activation_bytes_per_layer(gpt2_large, base, flash=False)
     assert acts["full"] == pytest.approx(2 * 18 * 2 * 1024 * 4 * 1280 + layer - 2 * 1024 * 4 * 1280)
+
+
+def test_unfused_loss_makes_fp32_passes_over_the_logits(gpt2_large):
+    """Megatron's cross entropy: six fp32 passes forward (cast, max, subtract, exp, sum, divide), two backward,
+    each over tokens x vocab / tp; the fused default reads the logits once each way."""
+    plan = PlanSpec(tp=2, micro_batch_size=2, global_batch_size=2, dtype="bf16")
+    fused, unfused = (make_shard(gpt2_large, plan.model_copy(update=dict(loss=x))) for x in ("fused", "unfused"))
+    loss = lambda steps: [s.kernel for s in steps if isinstance(s, Compute) and s.name.startswith("loss.")]  # noqa: E731
+    assert [k.op for k in loss(head_forward(fused))] == ["cross_entropy"]
+    fwd, bwd = loss(head_forward(unfused)), loss(head_backward(unfused))
+    assert [k.op for k in fwd] == ["copy", "reduce", "add_scalar", "exp", "reduce", "div_scalar"]
+    assert [k.op for k in bwd] == ["mul_scalar", "copy"]
+    logits = 2 * 1024 * (gpt2_large.vocab // 2)
+    assert all(k.dtype == "fp32" and k.shape == (2 * 1024, gpt2_large.vocab // 2) for k in fwd + bwd)
+    assert sum(k.bytes for k in fwd) == pytest.approx(4 * logits * (2 + 1 + 2 + 2 + 1 + 2))
+    # the tensor-parallel all-reduces of the vocab-parallel loss are there either way
+    assert sum(isinstance(s, Collective) for s in head_forward(unfused)) == 3
+    fp32 = make_shard(gpt2_large, plan.model_copy(update=dict(loss="unfused", dtype="fp32")))
+    assert [k.op for k in loss(head_forward(fp32)) + loss(head_backward(fp32))] == [
+        "reduce", "add_scalar", "exp", "reduce", "div_scalar", "mul_scalar"]  # fp32 logits: no casts

@@ -42,6 +42,7 @@ class Shard:
     dtype: str  # compute dtype of GEMMs: fp32 | tf32 | bf16 | fp16
     flash: bool
     recompute: str = "none"  # none | selective | full (PlanSpec.recompute)
+    loss: str = "fused"  # fused | unfused (PlanSpec.loss)
 
     @property
     def tokens(self) -> int:
@@ -63,7 +64,7 @@ class Shard:
 
 def make_shard(model: WorkloadSpec, plan: PlanSpec) -> Shard:
     flash = plan.attention == "flash" or (plan.attention == "auto" and plan.mixed_precision)
-    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash, plan.recompute)
+    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash, plan.recompute, plan.loss)
 
 
 def prefixed(step: Step, prefix: str) -> Step:
@@ -258,6 +259,25 @@ def _loss_all_reduces(sh: Shard) -> list[Step]:
     return [Collective(f"loss.all_reduce_{i}", "all_reduce", "tp", 4.0 * sh.tokens) for i in range(3)]
 
 
+#: Megatron's vocab-parallel cross entropy, one fp32 kernel per step (tensor_parallel/cross_entropy.py):
+#: forward upcasts the logits, takes the row max, subtracts it, exponentiates in place, sums the rows and
+#: divides in place (the softmax it keeps for backward); backward scales that softmax by the loss gradient
+#: and casts it back. fp32 logits need no casts. The target gathers touch one element per row and are left out.
+UNFUSED_LOSS_FWD = (("cast", "copy"), ("max", "reduce"), ("sub_max", "add_scalar"), ("exp", "exp"),
+                    ("sum", "reduce"), ("div_sum", "div_scalar"))
+UNFUSED_LOSS_BWD = (("scale", "mul_scalar"), ("cast", "copy"))
+
+
+def _loss(sh: Shard, vocab: int, backward: bool) -> list[Step]:
+    if sh.loss == "fused":
+        op = "cross_entropy_bwd" if backward else "cross_entropy"
+        return [_v(f"loss.{op}", op, sh.tokens, vocab, sh)]
+    passes = UNFUSED_LOSS_BWD if backward else UNFUSED_LOSS_FWD
+    suffix = "_bwd" if backward else ""
+    return [Compute(f"loss.{name}{suffix}", vector(op, sh.tokens, vocab, "fp32")) for name, op in passes
+            if name != "cast" or sh.act_dtype != "fp32"]
+
+
 def head_forward(sh: Shard) -> list[Step]:
     """Final norm, (encoder: MLM transform), LM head and cross-entropy loss."""
     m, t, h = sh.model, sh.tokens, sh.model.hidden
@@ -268,7 +288,7 @@ def head_forward(sh: Shard) -> list[Step]:
     vocab = m.vocab // sh.tp
     steps += [
         _linear_fwd("head.logits", t, h, vocab, sh),
-        _v("loss.cross_entropy", "cross_entropy", t, vocab, sh),
+        *_loss(sh, vocab, backward=False),
         *_loss_all_reduces(sh),
     ]
     return steps
@@ -278,7 +298,7 @@ def head_backward(sh: Shard) -> list[Step]:
     m, t, h = sh.model, sh.tokens, sh.model.hidden
     vocab = m.vocab // sh.tp
     steps: list[Step] = [
-        _v("loss.cross_entropy_bwd", "cross_entropy_bwd", t, vocab, sh),
+        *_loss(sh, vocab, backward=True),
         *_linear_bwd("head.logits", t, h, vocab, sh),
         *_tp_all_reduce("head.dgrad_all_reduce", sh),
     ]
