@@ -3,7 +3,8 @@ vTrain's Megatron-DeepSpeed iterations (fp16, 8x A100).
 
 Sources (../shared/data/neusight/labels):
 * 4x A100-SXM4-40GB (NVLink mesh), Megatron-LM GPT-2 Large, global batch 4: dp4, tp4, pp4_1 (one
-  micro-batch of 4). The measured time includes the Adam step; so does the simulation.
+  micro-batch of 4). The measured time includes the Adam step; so does the simulation. Megatron's loss is
+  its unfused vocab-parallel cross entropy (``loss="unfused"``), here and in vTrain's runs.
 * Single-GPU training labels (forward + backward, no optimizer): compared with the end of the last
   backward kernel of the simulated step.
 * Single-GPU inference labels (forward only, no loss): compared with the simulated forward.
@@ -105,7 +106,7 @@ def predict(case: Case, data: Path, predictor) -> tuple[float, float]:
     if case.option:
         degrees = DISTRIBUTED[case.option]
         plan = PlanSpec(**degrees, micro_batch_size=case.batch // degrees.get("dp", 1), global_batch_size=case.batch,
-                        dtype="fp32")
+                        dtype="fp32", loss="unfused")
         t = simulate(load_cluster("hgx-a100-4gpu-40gb"), model, plan, predictor).step_time_s
         return t, t
     plan = PlanSpec(micro_batch_size=case.batch, global_batch_size=case.batch, dtype="fp32")
@@ -190,7 +191,8 @@ def vtrain_setup(case: dict) -> tuple[ClusterSpec, WorkloadSpec, PlanSpec]:
     model = WorkloadSpec(name=f"gpt-h{h}-l{case['layers']}", layers=case["layers"], hidden=h, heads=case["heads"],
                          ffn_hidden=4 * h, vocab=-(-GPT2_VOCAB // multiple) * multiple, seq_len=case["seq"])
     plan = PlanSpec(dp=case["dp"], tp=case["tp"], pp=case["pp"], micro_batch_size=case["micro_batch"],
-                    global_batch_size=case["global_batch"], dtype="fp16", attention="unfused", recompute="full")
+                    global_batch_size=case["global_batch"], dtype="fp16", attention="unfused", recompute="full",
+                    loss="unfused")
     return _vtrain_node(case["gpus"]), model, plan
 
 
