@@ -262,7 +262,8 @@ def _loss_all_reduces(sh: Shard) -> list[Step]:
 #: Megatron's vocab-parallel cross entropy, one fp32 kernel per step (tensor_parallel/cross_entropy.py):
 #: forward upcasts the logits, takes the row max, subtracts it, exponentiates in place, sums the rows and
 #: divides in place (the softmax it keeps for backward); backward scales that softmax by the loss gradient
-#: and casts it back. fp32 logits need no casts. The target gathers touch one element per row and are left out.
+#: and casts it back. fp32 logits need no casts; a cast is counted as an fp32 copy (2 bytes per element more
+#: than a half <-> float cast moves). The target gathers touch one element per row and are left out.
 UNFUSED_LOSS_FWD = (("cast", "copy"), ("max", "reduce"), ("sub_max", "add_scalar"), ("exp", "exp"),
                     ("sum", "reduce"), ("div_sum", "div_scalar"))
 UNFUSED_LOSS_BWD = (("scale", "mul_scalar"), ("cast", "copy"))
