@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import json
 import math
@@ -178,17 +179,25 @@ def sender_s(p: Point, kernel_s: float, buffer_bytes: float) -> float:
     byte is in the connection's buffers (NCCL's FIFO, the sockets'), ``buffer_bytes`` ahead of the receiver;
     until they fill it writes at its own side's rate (for socket transport: the GPU to its proxy), then at
     the route's. Same time where both sides run at one rate (NVLink, a proxy-bound network)."""
-    topo = topo_for(p.cluster, p.nodes)
-    edges = route(topo, *p.group)
-    kinds = [topo.graph.edges[e]["kind"] for e in edges]
-    if "net" not in kinds:
+    rates = _sender_rates(p.cluster, p.nodes, p.group)
+    if rates is None:
         return kernel_s
-    own = edges[:kinds.index("net")]
-    r_own, r = bottleneck_bytes_per_s(topo, own), bottleneck_bytes_per_s(topo, edges)
-    if r_own <= r * (1 + 1e-9):
-        return kernel_s
-    handoff_s = route_latency_s(topo, own) + tuning.NET_OVERHEAD_US * 3 * 1e-6  # NCCL's Simple proxy post
+    handoff_s, r_own, r = rates
     return max(handoff_s + p.size_bytes / r_own, kernel_s - buffer_bytes / r)
+
+
+@functools.cache
+def _sender_rates(cluster: str, nodes: int, group: tuple[int, ...]):
+    """(hand-off latency, sender-side rate, route rate) of a send across nodes whose sender side is the
+    faster, else None (computed once per route: the harness fit calls ``sender_s`` for every grid value)."""
+    topo = topo_for(cluster, nodes)
+    edges = route(topo, *group)
+    kinds = [topo.graph.edges[e]["kind"] for e in edges]
+    own = edges[:kinds.index("net")] if "net" in kinds else edges
+    r_own, r = bottleneck_bytes_per_s(topo, own), bottleneck_bytes_per_s(topo, edges)
+    if "net" not in kinds or r_own <= r * (1 + 1e-9):
+        return None
+    return route_latency_s(topo, own) + tuning.NET_OVERHEAD_US * 3 * 1e-6, r_own, r  # NCCL's Simple proxy post
 
 
 _US = [i * 5e-6 for i in range(0, 61)]

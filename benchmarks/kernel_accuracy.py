@@ -29,6 +29,7 @@ columns are then that file's, not retrained (6 min for all folds as two one-thre
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -127,10 +128,15 @@ def fold_neusight(group, rows, gpus, train, test_rows, evaluated, rows_hash, arg
     return table, tiles
 
 
+@functools.cache
+def _results(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
 def neusight_from_results(group, gpus, results: Path):
     """The NeuSight baseline's (MAPE table, tile-match rates) for one fold, read from an earlier run's results
     file instead of retrained (``--neusight-from``): an MLP experiment then takes minutes, not an hour."""
-    saved = json.loads(results.read_text())
+    saved = _results(results)
     table = {(r["gpu"], r["dataset"], r["class"], r["dtype"]): (r["neusight"], r["n"])
              for r in saved["rows"] if r["fold"] == group and "neusight" in r}
     tiles = {g: tuple(v) for g, v in saved["tile_match_pct"]["neusight"].items()

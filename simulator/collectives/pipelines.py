@@ -216,14 +216,13 @@ def _nic_channels(topo: Topology, nodes: list[list[int]]) -> list[tuple[int, lis
     A socket-transport NIC hangs off the CPU, as far from one GPU as from another, so its channels enter
     each node through every member in turn, each with its own proxy thread (Vidur's two DGX A100s on one
     TCP port: 5.9 GB/s ring bus bandwidth at 1 GPU per node, 21.4 at 4, the port's rate)."""
+    nics = dict.fromkeys(topo.nic_index(n) for r in nodes[0] for n in topo.nics_of(r))
     inter = topo.cluster.inter_node
     if len(nodes) > 1 and inter is not None and inter.transport == "socket":
-        nics = dict.fromkeys(topo.nic_index(n) for r in nodes[0] for n in topo.nics_of(r))
         width = min(len(m) for m in nodes)
         return [(idx, [m[j] for m in nodes]) for idx in nics for j in range(width)]
     out = []
-    for nic in dict.fromkeys(n for r in nodes[0] for n in topo.nics_of(r)):
-        idx = topo.nic_index(nic)
+    for idx in nics:
         entries = []
         for k, members in enumerate(nodes):
             served = [r for r in members if f"n{topo.node_of(r)}.nic{idx}" in topo.nics_of(r)]

@@ -86,18 +86,19 @@ def _memo(topo: Topology, key: tuple, compute) -> tuple[Edge, ...]:
     return cached
 
 
-def _nic_host(topo: Topology, nic: str) -> Optional[str]:
-    """The CPU socket a socket-transport NIC hangs off (None for RDMA NICs)."""
+def _nic_host(topo: Topology, node: int, nic: str) -> Optional[str]:
+    """The CPU socket a socket-transport NIC of ``node`` hangs off (None for RDMA NICs)."""
     if topo.cluster.inter_node.transport != "socket":
         return None
-    return nic_attachment(topo.cluster, int(nic.split(".")[0][1:]), topo.nic_index(nic))
+    return nic_attachment(topo.cluster, node, topo.nic_index(nic))
 
 
 def to_nic(topo: Topology, rank: int, nic: str) -> tuple[Edge, ...]:
     """GPU ``rank`` -> NIC ``nic`` of its own node over PCIe (for socket transport: up to the CPU, then
     through the rank's proxy)."""
     def compute() -> list[str]:
-        node, cpu = topo.node_of(rank), _nic_host(topo, nic)
+        node = topo.node_of(rank)
+        cpu = _nic_host(topo, node, nic)
         if cpu is None:
             return _host_path(topo, node, f"gpu{rank}", nic)
         return _host_path(topo, node, f"gpu{rank}", cpu) + [*proxy(rank, node), nic]
@@ -107,7 +108,8 @@ def to_nic(topo: Topology, rank: int, nic: str) -> tuple[Edge, ...]:
 def from_nic(topo: Topology, nic: str, rank: int) -> tuple[Edge, ...]:
     """NIC ``nic`` -> GPU ``rank`` of the same node (not simply ``to_nic`` reversed: staging edges are one-way)."""
     def compute() -> list[str]:
-        node, cpu = topo.node_of(rank), _nic_host(topo, nic)
+        node = topo.node_of(rank)
+        cpu = _nic_host(topo, node, nic)
         if cpu is None:
             return _host_path(topo, node, nic, f"gpu{rank}")
         return [nic, *proxy(rank, node)] + _host_path(topo, node, cpu, f"gpu{rank}")
