@@ -45,6 +45,8 @@ from simulator.loading import load_cluster  # noqa: E402
 from simulator.topology import build_topology, route  # noqa: E402
 from simulator.topology.routing import bottleneck_bytes_per_s, route_latency_s  # noqa: E402
 
+from collective_anchors import ANCHOR_SIZE, anchors, held_out, mid_size_curve  # noqa: E402
+
 DECADES = [(0, 1e4, "<10K"), (1e4, 1e5, "10K-100K"), (1e5, 1e6, "100K-1M"), (1e6, 1e7, "1M-10M"),
            (1e7, 1e8, "10M-100M"), (1e8, 1e9, "100M-1G"), (1e9, math.inf, ">=1G")]
 MIB = 2**20
@@ -229,51 +231,6 @@ def _mape(pred: list[float], meas: list[float]) -> float:
     return 100.0 * sum(abs(a - b) / b for a, b in zip(pred, meas)) / max(len(meas), 1)
 
 
-# ---- anchors ------------------------------------------------------------------------------------------------
-
-ANCHORS = [  # (label, cluster, gpus, nodes, algorithm, measured busbw GB/s, source)
-    ("DGX A100 8 GPUs, ring", "dgx-a100", 8, 1, "ring", 232.5, "stas00 234.9, nccl-tests#175 232.5"),
-    ("DGX H100 8 GPUs, ring", "dgx-h100", 8, 1, "ring", 367.5, "nccl#1455 365-370"),
-    ("DGX H100 8 GPUs, NVLS", "dgx-h100", 8, 1, "nvls", 480.0, "nccl-tests#212, nccl#1455"),
-    ("2x DGX A100, 8x HDR, ring", "dgx-a100-2node", 16, 2, "ring", 192.0, "AddyLaddy in nccl#1576"),
-    ("2x DGX H100, 8x NDR, ring", "dgx-h100-2node", 16, 2, "ring", 380.0, "nccl-tests#290: 370-390"),
-    ("DGX B200 8 GPUs, ring", "dgx-b200", 8, 1, "ring", 680.0, "stas00 673-682 (not a target)"),
-    ("DGX B200 8 GPUs, NVLS", "dgx-b200", 8, 1, "nvls", 838.0, "stas00, nccl#2140 (not a target)"),
-    ("NDR NIC, 2-node send/recv", "dgx-h100-2node", 2, 2, "p2p", 47.5, "nccl-tests#267: 46-49 (not a target)"),
-]
-ANCHOR_SIZE = 8 * 2**30
-
-
-MID_SIZE_CURVE = [  # (MiB, measured busbw GB/s): stas00's HGX H200 nccl-tests all-reduce, 8 GPUs (network-model.md
-    (16, 220.0), (64, 347.0), (256, 436.0), (1024, 464.0)]  # 3.1); held out: nothing is fitted on it
-
-
-def mid_size_curve() -> list[dict]:
-    """The model's all-reduce bus bandwidth on DGX H100 (same NVLink 4 / NVSwitch as HGX H200) at mid sizes."""
-    topo = topo_for("dgx-h100", 1)
-    rows = []
-    for mib, measured in MID_SIZE_CURVE:
-        est = estimate(topo, "all_reduce", tuple(range(8)), mib * MIB)
-        model = est.busbw_bytes_per_s / 1e9
-        rows.append(dict(size_MiB=mib, measured_GBps=measured, model_GBps=round(model, 1), algorithm=est.algorithm,
-                         error_pct=round(100 * (model - measured) / measured, 1)))
-    return rows
-
-
-def anchors() -> list[dict]:
-    rows = []
-    for label, name, gpus, nodes, algo, measured, source in ANCHORS:
-        topo = topo_for(name, nodes)
-        g = topo.cluster.gpus_per_node
-        group = tuple(k * g + i for k in range(nodes) for i in range(gpus // nodes))
-        op = "send_recv" if algo == "p2p" else "all_reduce"
-        est = estimate(topo, op, group, ANCHOR_SIZE, algorithm=algo)
-        model = est.busbw_bytes_per_s / 1e9
-        rows.append(dict(anchor=label, measured_GBps=measured, model_GBps=round(model, 1),
-                         error_pct=round(100 * (model - measured) / measured, 1), source=source))
-    return rows
-
-
 # ---- report -------------------------------------------------------------------------------------------------
 
 def summarise(points, model, base, raw) -> dict:
@@ -294,7 +251,8 @@ def summarise(points, model, base, raw) -> dict:
     return out
 
 
-def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: list[dict]) -> str:
+def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: list[dict],
+             held_rows: list[dict]) -> str:
     lines = ["# Collective model accuracy", "",
              "MAPE (%) of predicted vs measured call time, per system and message-size decade (bytes);",
              "each cell: model / alpha-beta baseline (n = points). `raw` = the model without the timing-harness",
@@ -318,6 +276,11 @@ def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: 
               "| size MiB | measured GB/s | model GB/s | algorithm | error % |", "|---|---|---|---|---|"]
     lines += [f"| {c['size_MiB']} | {c['measured_GBps']} | {c['model_GBps']} | {c['algorithm']} | {c['error_pct']:+.1f} |"
               for c in curve_rows]
+    lines += ["", "## Held-out multi-node systems: all-reduce bus bandwidth (published; not fitted, not targets)", "",
+              "| system | size MiB | measured GB/s | model GB/s | model's algorithm | error % | source |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {c['anchor']} | {c['size_MiB']} | {c['measured_GBps']} | {c['model_GBps']} | {c['algorithm']} | "
+              f"{c['error_pct']:+.1f} | {c['source']} |" for c in held_rows]
     return "\n".join(lines) + "\n"
 
 
@@ -392,15 +355,14 @@ def main(argv=None) -> int:
     model = [harness_s(p, k, harness) for p, k in zip(points, kernel)]
     base = [harness_s(p, k, harness) for p, k in zip(points, base_kernel)]
     summary = summarise(points, model, base, kernel)
-    anchor_rows = anchors()
+    anchor_rows, curve_rows, held_rows = anchors(topo_for), mid_size_curve(topo_for), held_out()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    curve_rows = mid_size_curve()
-    text = markdown(summary, harness, anchor_rows, curve_rows)
+    text = markdown(summary, harness, anchor_rows, curve_rows, held_rows)
     (out / "collective_accuracy.md").write_text(text)
     (out / "collective_accuracy.json").write_text(json.dumps(
         {"summary": summary, "harness": harness, "anchors": anchor_rows, "mid_size_curve": curve_rows,
-         "points": len(points)}, indent=1) + "\n")
+         "held_out": held_rows, "points": len(points)}, indent=1) + "\n")
     print(text)
     return 0
 

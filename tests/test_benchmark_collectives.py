@@ -28,3 +28,12 @@ def test_aceso_sizes_are_mib_and_times_ms(tmp_path, monkeypatch):
     assert ag.size_bytes == 2 * 10 * MIB and ag.copy_bytes == 2 * 10 * MIB  # gathers n x the tensor
     p2p = {p.size_bytes: p.time_s for p in points if p.op == "send_recv"}
     assert p2p[1024 * MIB] == pytest.approx(1024 / 235.74 * 1e-3)  # the column is MiB per ms
+
+
+def test_held_out_systems_build_and_one_gpu_drives_one_nic():
+    import collective_anchors as anchors
+
+    rows = {r["anchor"]: r for r in anchors.held_out()}
+    assert len(rows) == len(anchors.HELD_OUT) and all(r["model_GBps"] > 0 for r in rows.values())
+    # a node's single GPU reaches its own rail's NIC only (400 Gb/s = 50 GB/s), not the node's four
+    assert rows["H100, 2 nodes x 1 GPU, 4x NDR, 32 MB"]["model_GBps"] < 50
