@@ -164,13 +164,13 @@ def vector_kind(op: str) -> str:
     return "elementwise"
 
 
-#: What a measured GPU keeps an offset for (``model``): GEMMs, and each kind of vector kernel.
-OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{k}" for k in VECTOR_KINDS)
+#: What a measured GPU keeps an offset for (``model``): GEMMs, and each vector op (per kind until stop 30).
+OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{op}" for op, c in OPS.items() if c.family not in ("gemm", "attention"))
 
 
 def offset_slot(kernel_op: str) -> str:
     """The ``OFFSET_SLOTS`` entry of a GEMM or vector kernel's op."""
-    return "gemm" if kernel_op == "gemm" else f"vector:{vector_kind(kernel_op)}"
+    return "gemm" if kernel_op == "gemm" else f"vector:{kernel_op}"
 
 
 def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:

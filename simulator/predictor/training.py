@@ -145,7 +145,8 @@ class FitConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-5
     host_factor_l2: float = 1e-2
-    unit_offset_l2: float = 1e-1
+    unit_offset_l2: float = 1e-1 / 6  # per GEMM offset and slope of a (source, GPU) unit (``model``, stop 30)
+    vector_offset_l2: float = 1e-1 / 39  # per vector-op offset and slope of a unit
     hidden: tuple[int, ...] = (64, 64, 64)
     seed: int = 0
     threads: int = 2
@@ -245,7 +246,7 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
                               li[batch], hi[batch], timed[batch])
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
-                    + config.unit_offset_l2 * ((model.unit_offset ** 2).mean() + (model.unit_slope() ** 2).mean()))
+                    + _offset_penalty(model, config))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -254,6 +255,12 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
         if log:
             log(f"epoch {epoch + 1}/{config.epochs} loss {total / len(d):.4f} ({time.time() - start:.0f} s)")
     return model
+
+
+def _offset_penalty(model, config):
+    """L2 on the units' offsets and slopes: GEMM slot (column 0) and vector-op slots weighted apart."""
+    sq = model.unit_offset ** 2 + model.unit_slope() ** 2
+    return (config.unit_offset_l2 * sq[:, 0] + config.vector_offset_l2 * sq[:, 1:].sum(1)).mean()
 
 
 def _kernel_sum_s(model, tensors, index, slots, unit_idx, batch):
