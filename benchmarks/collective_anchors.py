@@ -54,10 +54,8 @@ def anchors(topo_for) -> list[dict]:
     rows = []
     for label, name, gpus, nodes, algo, measured, source in ANCHORS:
         topo = topo_for(name, nodes)
-        g = topo.cluster.gpus_per_node
-        group = tuple(k * g + i for k in range(nodes) for i in range(gpus // nodes))
         op = "send_recv" if algo == "p2p" else "all_reduce"
-        est = estimate(topo, op, group, ANCHOR_SIZE, algorithm=algo)
+        est = estimate(topo, op, _group(topo, nodes, gpus // nodes), ANCHOR_SIZE, algorithm=algo)
         rows.append(_row(label, measured, est, source))
     return rows
 
@@ -76,12 +74,16 @@ def held_out() -> list[dict]:
     rows = []
     for label, mapping, nodes, ppn, size, measured, source in HELD_OUT:
         topo = build_topology(cluster_from_mapping(mapping, "benchmarks/collective_anchors.py", nodes=nodes))
-        g = topo.cluster.gpus_per_node
-        group = tuple(k * g + i for k in range(nodes) for i in range(ppn))
-        est = estimate(topo, "all_reduce", group, size)
+        est = estimate(topo, "all_reduce", _group(topo, nodes, ppn), size)
         rows.append(dict(_row(label, measured, est, source), algorithm=f"{est.algorithm} {est.protocol}",
                          size_MiB=size // MIB))
     return rows
+
+
+def _group(topo, nodes: int, per_node: int) -> tuple[int, ...]:
+    """The first ``per_node`` GPUs of each of the first ``nodes`` nodes."""
+    g = topo.cluster.gpus_per_node
+    return tuple(k * g + i for k in range(nodes) for i in range(per_node))
 
 
 def _row(label: str, measured: float, est, source: str) -> dict:
