@@ -121,3 +121,24 @@ def test_emulated_calibration_inverts_the_timing():
     reading = float(tr.timed_reading_s(np.array([300e-6]), np.array([5e-6]), np.array([20e-6]), 4.0, np)[0])
     cal = ev.emulated_calibration([Measurement((k,), "T4", reading, "s", "host", "op")], timing)
     assert cal["copy"]["bytes_per_s"] == pytest.approx(k.bytes / 300e-6, rel=1e-6)
+
+
+def test_each_vector_op_has_its_own_offset_and_the_penalties_are_apart():
+    """A measured GPU's slow kernel of one vector op (vLLM's silu_and_mul) must not move its other vector ops,
+    and GEMM offsets are held closer to 0 than vector-op ones (``training._offset_penalty``)."""
+    from simulator.predictor.features import OFFSET_SLOTS, offset_slot
+    from simulator.predictor.model import KernelModel
+
+    assert len({offset_slot(op) for op in ("swiglu", "rope", "add", "layernorm", "layernorm_bwd")}) == 5
+    assert offset_slot("gemm") == OFFSET_SLOTS[0] == "gemm"
+    model = KernelModel({}, 1, 1, n_units=2, n_slots=len(OFFSET_SLOTS))
+    with torch.no_grad():
+        model.unit_slope_raw.fill_(-50.0)  # slopes ~0: the penalty is the offsets'
+        model.unit_offset[0, 0] = 1.0  # a GEMM offset
+        gemm = float(tr._offset_penalty(model, tr.FitConfig()))
+        model.unit_offset.zero_()
+        model.unit_offset[0, OFFSET_SLOTS.index("vector:swiglu")] = 1.0
+        vector = float(tr._offset_penalty(model, tr.FitConfig()))
+    config = tr.FitConfig()
+    assert gemm == pytest.approx(config.unit_offset_l2 / 2) and vector == pytest.approx(config.vector_offset_l2 / 2)
+    assert gemm > vector
