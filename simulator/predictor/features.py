@@ -17,6 +17,10 @@ over the bytes a kernel's resident CTAs keep in flight (17 instead of 20-22 targ
 without the element size (so that tf32 borrows fp16's tensor-core behaviour) held-out A100 tf32 linear
 went 16.6 -> 9.2 % but RTX 3090 tf32 linear 16.6 -> 23.1 % (it runs tf32 at its datasheet rate, the A100
 at 0.82), class means within 1 pp; group weights 1/n^0.75 instead of 1/sqrt(n) stayed within seed noise.
+Stops 30 and 32 retried the HBM flag on elementwise and dropout kernels only (row-wise kernels 0), on
+per-op offsets, one member, seed 1: target cells 33 -> 33 and 34 -> 32. Elementwise fp32 went 10.7 -> 9.8 %
+(held-out A100 PCIe NeuSight 13.3 -> 8.8, H200 12.4 -> 8.7), but the P100's (HBM2 at 0.72 of its datasheet
+bandwidth, where the A100 reaches about 0.9) 7.0 -> 15.3 %, RTX 3090 fp32 9.0 -> 11.0, V100 SXM2 fp16 7.1 -> 12.0.
 
 Operand alignment is a kernel property, not a GPU one, and libraries act on it: cuBLAS uses 128-bit vector
 loads only when every operand row starts on a 16-byte boundary (NeuSight's P4 runs its aligned
