@@ -85,6 +85,22 @@ def test_misaligned_tensor_gemms_on_tma_gpus_are_bounded_by_the_mma_sync_rate():
     assert ideal[0] == pytest.approx(odd_k.flops / h100.peak_flops_per_s["fp32"])
 
 
+def test_mma_operand_rate_marks_half_rate_tensor_cores_only():
+    col = ft.GEMM_FEATURES.index("log2_mma_operand_rate")
+
+    def rate(gpu, dtype):
+        return ft.gemm_features([Kernel("gemm", dtype, (1, 2048, 2048, 2048), "nt")], load_gpu(gpu))[0][0, col]
+
+    # GeForce fp16 and tf32 with fp32 accumulation: half the operand bytes per SM-clock of a full-rate part
+    assert rate("RTX-3090", "fp16") == pytest.approx(-1, abs=0.02) and rate("RTX-3090", "tf32") == pytest.approx(-1, abs=0.02)
+    assert rate("RTX-2080-Ti", "fp16") == pytest.approx(-1, abs=0.02)
+    for gpu in ("V100-SXM2-16GB", "Titan-RTX", "A40", "T4"):  # full rate
+        assert rate(gpu, "fp16") == pytest.approx(0, abs=0.02)
+    for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "B200"):  # above full rate: clipped, not told apart
+        assert rate(gpu, "bf16") == 0 and rate(gpu, "tf32") == 0
+    assert rate("RTX-3090", "fp32") == 0 and rate("P100-PCIE-16GB", "fp16") == 0  # CUDA cores
+
+
 def test_power_budget_is_board_watts_over_the_fp32_peak_for_cuda_core_gemms_only():
     t4 = load_gpu("T4")
     ks = [Kernel("gemm", d, (1, 1024, 1024, 1024), "nt") for d in ("fp32", "fp16")]

@@ -3,7 +3,8 @@
 The GPU enters only through its specs, and only as *ratios to the kernel*: the ideal time from its
 dtype-aware peak and bandwidth, waves over its SMs (and resident CTAs per SM), a GEMM's arithmetic
 intensity over the GPU's ridge point, a row's bytes over its L1. No name, architecture one-hot, raw peak
-or other per-GPU constant reaches the network. Leave-one-GPU-out experiments with
+or other per-GPU constant reaches the network, except one clipped to two values: whether the GPU runs a dtype's
+tensor-core GEMMs at half rate (``mma_operand_rate``). Leave-one-GPU-out experiments with
 per-GPU physics descriptors (board power per SM-GHz, base over boost clock, FLOP and DRAM bytes per
 clock per SM), fed to the MLP or as a linear term of the logit, all made held-out GPUs worse (the
 A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
@@ -54,7 +55,9 @@ Two feature sets, one per network:
 
 * ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
-  layout, math unit, element size and operand alignment (bytes, up to a 16-byte vector load).
+  layout, math unit, element size, operand alignment (bytes, up to a 16-byte vector load) and, on tensor
+  cores, whether the GPU runs the dtype at half rate (``mma_operand_rate``, stop 32: GeForce parts with fp32
+  accumulation reach their datasheet rate, full-rate parts about 0.8 of it).
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
   128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, element size,
   op kind, direction and whether the op is transcendental.
@@ -149,7 +152,7 @@ FEATURE_LAYOUT = {"tn": "nn"}
 VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
 GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
-                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes") + tuple(
+                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes", "log2_mma_operand_rate") + tuple(
                      f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us_to_1", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
@@ -260,6 +263,26 @@ def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> 
     return np.where(np.asarray(align_bytes) < MAX_ALIGNMENT_BYTES, np.minimum(peaks, legacy), peaks)
 
 
+#: Operand bytes a tensor-core SM consumes per clock at its datasheet rate (dense FMAs x element size) where the
+#: tensor cores run at full rate: Volta's and Turing's 512 fp16 FMAs, GA102's and Ada's 256 tf32 FMAs. GeForce
+#: Turing and Ampere parts run fp16 and tf32 with fp32 accumulation at half this rate.
+FULL_RATE_MMA_BYTES_PER_SM_CLOCK = 1024.0
+#: ``log2_mma_operand_rate`` range: half rate and below looks like half rate; full rate and above like full rate.
+MMA_OPERAND_RATE_RANGE = (-2.0, 0.0)
+
+
+def mma_operand_rate(peaks: np.ndarray, elem_bytes: np.ndarray, tensor: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+    """log2 of the operand bytes per SM-clock a tensor-core GEMM consumes at the GPU's datasheet rate, over
+    the full rate's (``FULL_RATE_MMA_BYTES_PER_SM_CLOCK``), clipped to ``MMA_OPERAND_RATE_RANGE``; 0 on CUDA cores.
+
+    At half rate the operand path (shared memory, registers) is never what limits a GEMM: Aceso's RTX 3090 and
+    RTX 2080 Ti run their large fp16 GEMMs at 1.0 of the datasheet rate, where the V100, Titan RTX, A40 and
+    A100 reach about 0.8. Above the full rate the value is clipped: the A100's and H200's own rates would
+    identify them (stop 32: unclipped, the held-out A100's tf32 linear layers went 11 -> 44 %)."""
+    rate = peaks * elem_bytes / (2.0 * gpu.sms * gpu.boost_clock_hz * FULL_RATE_MMA_BYTES_PER_SM_CLOCK)
+    return np.where(tensor, np.clip(_log2(rate), *MMA_OPERAND_RATE_RANGE), 0.0)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES) + 2], ideal time s [N]) for GEMM kernels of one dtype or several:
     the network's inputs, then the power budget (``power_budget_log2_pj``) and the clock (``clock_column``)."""
@@ -294,7 +317,8 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(align)] + layout + [power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
+            _log2(align),
+            mma_operand_rate(peaks, elem, tensor, gpu)] + layout + [power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
 
