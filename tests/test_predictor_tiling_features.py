@@ -92,8 +92,8 @@ def test_mma_operand_rate_marks_half_rate_tensor_cores_only():
         return ft.gemm_features([Kernel("gemm", dtype, (1, 2048, 2048, 2048), "nt")], load_gpu(gpu))[0][0, col]
 
     # GeForce fp16 and tf32 with fp32 accumulation: half the operand bytes per SM-clock of a full-rate part
-    assert rate("RTX-3090", "fp16") == pytest.approx(-1, abs=0.02) and rate("RTX-3090", "tf32") == pytest.approx(-1, abs=0.02)
-    assert rate("RTX-2080-Ti", "fp16") == pytest.approx(-1, abs=0.02)
+    for gpu, dtype in (("RTX-3090", "fp16"), ("RTX-3090", "tf32"), ("RTX-2080-Ti", "fp16")):
+        assert rate(gpu, dtype) == pytest.approx(-1, abs=0.02)
     for gpu in ("V100-SXM2-16GB", "Titan-RTX", "A40", "T4"):  # full rate
         assert rate(gpu, "fp16") == pytest.approx(0, abs=0.02)
     for gpu in ("A100-SXM4-80GB", "H100-SXM5-80GB", "B200"):  # above full rate: clipped, not told apart

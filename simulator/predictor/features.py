@@ -152,8 +152,8 @@ FEATURE_LAYOUT = {"tn": "nn"}
 VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
 GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
-                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes", "log2_mma_operand_rate") + tuple(
-                     f"layout_{x}" for x in LAYOUTS)
+                 "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes",
+                 "log2_mma_operand_rate") + tuple(f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us_to_1", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
@@ -317,8 +317,8 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(align),
-            mma_operand_rate(peaks, elem, tensor, gpu)] + layout + [power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
+            _log2(align), mma_operand_rate(peaks, elem, tensor, gpu)] + layout + [
+                power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
 
