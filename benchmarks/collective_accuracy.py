@@ -301,6 +301,8 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
   NCCL's tuner selects them at its 0.92.
 - NCCL's tuner rates a tree all-reduce at its size-dependent treeCorrectionFactor (0.5-0.9 from 512 B to
   512 MiB), so mid-size calls run rings (Aceso's V100 / RTX 3090 4-GPU chain boxes switch where it rises).
+  It also rates Simple trees at 0.92 of their graph's rate; one-node chains run at the full rate (Aceso's V100
+  chain: 80 GB/s bus bandwidth = 1.5 x the 53-55 GB/s its rings reach over the same X-bus hop).
 - NCCL's tuner rates multi-node trees at the ring channels' speed (x 0.5 algorithm ratio), so large
   messages run rings even where a 2-node tree would be faster (nccl#1576).
 - NVLS reduction efficiency: 0.85 Hopper (NCCL), 0.80 Blackwell (HGX B200 measurements).

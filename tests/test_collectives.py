@@ -186,6 +186,16 @@ def test_two_node_tree_sends_less_over_the_network_than_the_ring():
     assert tree.busbw_bytes_per_s == pytest.approx(25e9 * 0.94 * 0.92 * 2 * 7 / 8, rel=0.02)
 
 
+def test_one_node_chain_runs_at_its_graph_rate_not_the_tuners_092():
+    # 4 V100s on two POWER9 sockets: the chain crosses the X-bus once each way, the ring twice one way, so the
+    # chain's bus bandwidth is 1.5x the ring's (Aceso measured 80 against 53-55 GB/s)
+    topo = build_topology(load_cluster("v100x4-power9"))
+    ring = estimate(topo, "all_reduce", (0, 1, 2, 3), GIB, "ring")
+    tree = estimate(topo, "all_reduce", (0, 1, 2, 3), GIB, "tree")
+    assert tree.protocol == "Simple"
+    assert tree.busbw_bytes_per_s == pytest.approx(1.5 * ring.busbw_bytes_per_s, rel=0.02)
+
+
 def test_tree_correction_is_nccls_table_indexed_by_log2_of_size_over_64():
     mib = 2**20
     assert tuning.tree_correction("Simple", 127 * mib) == 0.8  # floor(log2(S / 64)) = 20

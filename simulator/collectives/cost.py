@@ -5,9 +5,10 @@ Per candidate (NCCL tuning.cc structure, network-model.md 2.4 and 6.2-6.3):
 * bandwidth: the Simple-protocol payload rate of the algorithm's channel graph on the idle fabric
   (``pipelines``), times the protocol's wire efficiency (LL 0.5, LL128 0.92; a ring's LL128 really
   sustains 0.64 of Simple, ``tuning.LL128_RING_SUSTAINED``, while the tuner selects with 0.92), capped for
-  LL by NCCL's llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128); NVLS runs
-  at the switch's reduction efficiency. Pipelines that lose their fill and drain (host-memory staging,
-  GA100 NVLink) take D steps of S/n longer (``topology.links.ring_fill_steps``).
+  LL by NCCL's llMaxBw; trees carry NCCL's 0.92 (and /3.8 for LL, 7/9 or 120/128 for LL128; one-node
+  Simple chains run at the graph's rate, ``_tree``); NVLS runs at the switch's reduction efficiency.
+  Pipelines that lose their fill and drain (host-memory staging, GA100 NVLink) take D steps of S/n longer
+  (``topology.links.ring_fill_steps``).
 * latency: NCCL's formulas and constants (``tuning``), scaled by the cluster's hop latencies.
 
 The flow model (``algorithms``) moves exactly these bytes at these rates, so on an idle fabric the two
@@ -186,7 +187,12 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     Vidur's 4-GPUs-per-node groups run at ring speed). On one node the chain's own rate decides (Aceso's
     V100 and RTX 3090 4-GPU all-reduces reach the chain's bus bandwidth, not the ring's). Either way the
     tuner also scales a tree's rate by NCCL's size-dependent correction (``tuning.tree_correction``, in
-    ``Candidate.tuner_time_s``), which keeps mid-size calls on rings."""
+    ``Candidate.tuner_time_s``), which keeps mid-size calls on rings.
+
+    A one-node chain on Simple moves its graph's rate: NCCL's 0.92 (``tuning.TREE_SIMPLE``) is what its tuner
+    believes and selects with, not what the chain runs at. Aceso's V100 box reaches 80 GB/s bus bandwidth on its
+    4-GPU chain, 1.5 x 53.3 GB/s per direction over the X-bus, where its rings reach 53-55 GB/s over the same
+    hop. Trees across nodes keep the 0.92 (no measurement of a large multi-node tree here)."""
     graph = graph_for(topo, "tree", group)
     nodes, ppn, intra = _shape(topo, group, graph)
     si, sn = _scales(topo)
@@ -200,8 +206,9 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     out = []
     for proto, bw, wire in real:
         lat = tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn)
-        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto), bw, wire,
-                                                   believed.get(proto), lat),)))
+        real_bw = bw / tuning.TREE_SIMPLE if proto == "Simple" and nodes == 1 else bw
+        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto), real_bw,
+                                                   wire, believed.get(proto, bw), lat),)))
     return out
 
 

@@ -49,8 +49,8 @@ TREE_LL128 = {True: 7 / 9, False: 120 / 128}
 #: tuning.cc's treeCorrectionFactor: the tuner rates a tree all-reduce of S bytes at this fraction of its
 #: bandwidth, indexed by floor(log2(S / 64)) (64 B .. 512 MiB; 1.0 from 512 MiB on). It only steers the
 #: choice: Aceso's 4-GPU chain boxes switch from ring to tree speed exactly where it rises (RTX 3090 between
-#: 126 and 128 MiB, 0.8 -> 0.9; V100 within 64-128 MiB, 0.7 -> 0.8). The model's RTX 3090 box, whose ring
-#: and chain rates are both off (3.7 / 4.1 GB/s against 3.1 / 6.0), switches only at 512 MiB.
+#: 126 and 128 MiB, 0.8 -> 0.9; V100 within 64-128 MiB, 0.7 -> 0.8), and so do the model's, although its
+#: RTX 3090 ring and chain rates are off (algorithm bandwidth 3.7 / 4.7 GB/s against a measured 3.2 / 6.3).
 TREE_CORRECTION = {
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
     "LL128": (1.0,) * 11 + (.8,) + (.7,) * 11,
