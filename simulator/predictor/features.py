@@ -86,6 +86,13 @@ offsets": the software stack that measured a kernel is known, and e.g. Aceso's f
 helped without the L1 ratio (norm fp32 22.1 -> 19.1 %, 22 -> 24 cells) and not with it (24 cells),
 so it was not kept.
 
+Tried and not kept (stop 33): a flag for softmax kernels that run one warp per row (PyTorch's for rows of
+at most 1024 elements and 4 KB, Megatron's fused causal softmax always); longer PyTorch rows go to a
+block-per-row kernel. The step shows on some GPUs and not on others (NeuSight fp32, fraction of bandwidth
+for rows of 2-4 KB -> 4-8 KB: A100 0.85 -> 0.59, P100 0.58 -> 0.39, V100 0.76 -> 0.62, P4 and T4 flat,
+H200 suite 0.85 -> 0.81). One member, seed 1: 41 -> 41 target cells, softmax fp32 20.1 -> 21.3 % (held-out
+P100 29.0 -> 30.2, V100 13.9 -> 16.9, A100 20.8 -> 19.0), the H200's bf16 softmax 60 -> 47 %.
+
 Layout: the weight-gradient GEMM (``tn``, X^T dY) never appears alone in the measured data, only inside
 Aceso's backward timings beside the data-gradient GEMM (``nn`` or ``nt``), so the sum pins down the two
 together and not each. With its own one-hot the network made ``tn`` almost free: the shipped weights
