@@ -102,15 +102,18 @@ def _vtrain(data: Path) -> list[Point]:
 
 ACESO_BOXES = {"A100-40": "hgx-a100-8gpu-40gb", "V100-16": "v100x4-power9", "RTX-2080": "rtx2080x8-pcie",
                "RTX-3090": "rtx3090x4-nvlink-pairs", "Titan-RTX": "titan-rtx-x8-pcie"}
+#: (Aceso folder, GPU count) measured on another box than the folder's smaller groups (see the YAML).
+ACESO_BOXES_BY_COUNT = {("RTX-3090", 8): "rtx3090x8-pcie"}
 
 
 def _aceso(data: Path) -> list[Point]:
     out = []
-    for gpu, name in ACESO_BOXES.items():
+    for gpu, box in ACESO_BOXES.items():
         base = data / "sailor" / "aceso" / gpu / "profiled-data-fp16"
-        per_node = load_cluster(name).gpus_per_node
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for n in (2, 4, 8):
+                name = ACESO_BOXES_BY_COUNT.get((gpu, n), box)
+                per_node = load_cluster(name).gpus_per_node
                 times: dict[float, list[float]] = {}
                 for path in sorted(base.glob(f"prim_*_{op}_{n}gpus.csv")):
                     for row in list(csv.reader(path.open()))[1:]:
@@ -127,7 +130,7 @@ def _aceso(data: Path) -> list[Point]:
                                      sorted(ms)[len(ms) // 2] * 1e-3, copy))
         p2p = list(csv.reader((base / "p2p_intra_node.csv").open()))
         for mb, gbps in zip(p2p[0], p2p[1]):
-            out.append(Point(f"aceso {gpu}", "aceso", name, 1, "send_recv", (0, 1), float(mb) * MIB,
+            out.append(Point(f"aceso {gpu}", "aceso", box, 1, "send_recv", (0, 1), float(mb) * MIB,
                              float(mb) / float(gbps) * 1e-3))
     return out
 
@@ -316,7 +319,9 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
 Boxes inferred from the data (each YAML in topologies/ says why): Aceso A100-40 = HGX A100 40GB on NVSwitch
 (247 GB/s pair bandwidth); Aceso V100-16 = POWER9 AC922-class (3 NVLink-2 links per pair, 67 GB/s pair,
 rings cap near the X-bus); Aceso RTX 2080 / Titan RTX = 8 GPUs on CPU root ports without P2P; Aceso
-RTX 3090 = bridged pairs, no P2P, and two 4-GPU nodes on 10 GbE for 8 GPUs; Vidur a100_dgx 2-node =
+RTX 3090 = bridged pairs, no P2P, for 2-4 GPUs; its 8-GPU profiles = 8 GPUs on PCIe Gen3 x4 links without
+P2P (every op, all-to-all included, at 1.2-1.4 GB/s bus bandwidth: each GPU's own link is the limit, since
+between two 4-GPU nodes an all-to-all would push 2.3x a ring's bytes through the joining link); Vidur a100_dgx 2-node =
 one 200 Gb/s TCP port per node; Vidur pairwise 2-node = 25 GbE, where TCP moves 0.74 of the line rate
 (median 2.27 GB/s over its 6-64 MiB sends, which scatter 1.6-3.0 GB/s: a constant rate fits them no better
 than 12.7 % MAPE).
@@ -331,7 +336,7 @@ alternate between two modes at neighbouring sizes (e.g. 4 GPUs: 16-22 us and 61-
 deterministic model follows; Vidur's A100 PCIe pair send/recv reaches 333 GB/s, above the 300 GB/s
 NVLink bridge line rate; Aceso's all-gather / reduce-scatter / all-to-all take one of two or three
 bandwidths per size (RTX 2080 reduce-scatter at 2 GPUs: 2.57 or 3.1-3.5 GB/s; RTX 3090 all-to-all at
-8 GPUs: 0.6 or 1.0-1.3 GB/s, the latter above what 10 GbE carries); Vidur's 2-node all-reduce with 2
+8 GPUs: 0.6 or 1.0-1.4 GB/s); Vidur's 2-node all-reduce with 2
 GPUs per node runs at 5.9 or 10.3-10.6 GB/s bus bandwidth (the model's two proxies: 11.3), and with 8 GPUs
 per node at 17.6 where 4 per node reach 21.4 (the model: 21 for both). Aceso's A100 reduce-scatter and
 all-gather run 2.4-3x slower than their neighbours at one set of sizes (per rank 27, 44, 50, 55, 77, 98, 100,
