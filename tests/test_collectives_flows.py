@@ -33,7 +33,8 @@ CASES = [  # (cluster, nodes, collective, group)
     ("a100-pcie-nvlink-pairs", 1, "all_reduce", (0, 1, 2, 3)),
     ("rtx2080x8-pcie", None, "all_reduce", tuple(range(8))),
     ("rtx3090x4-nvlink-pairs", 2, "all_reduce", tuple(range(8))),
-    ("v100x4-power9", None, "all_reduce", (0, 1, 2, 3)),
+    ("v100x4-power9", None, "all_reduce", (0, 1, 2, 3)),  # a chain (tree) from 64 MiB
+    ("rtx3090x8-pcie", None, "all_to_all", tuple(range(8))),  # host staging shared by sends and receives
     ("dgx-h100-2node", None, "all_reduce", tuple(range(16))),
     ("dgx-h100-2node", None, "all_gather", tuple(range(16))),
     ("dgx-h100-2node", None, "all_to_all", tuple(range(16))),
