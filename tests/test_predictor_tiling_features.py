@@ -101,6 +101,20 @@ def test_mma_operand_rate_marks_half_rate_tensor_cores_only():
     assert rate("RTX-3090", "fp32") == 0 and rate("P100-PCIE-16GB", "fp16") == 0  # CUDA cores
 
 
+def test_mn_major_operands_counts_transposes_only_where_wgmma_needs_k_major():
+    col = ft.GEMM_FEATURES.index("mn_major_operands")
+
+    def count(gpu, dtype, layout, m=2048):
+        return ft.gemm_features([Kernel("gemm", dtype, (1, m, 2048, 2048), layout)], load_gpu(gpu))[0][0, col]
+
+    # x W^T reads both operands along k; dY W reads W along n; dY^T X reads both along m / n
+    assert [count("H100-SXM5-80GB", "tf32", x) for x in ("nt", "nn", "tn")] == [0, 1, 2]
+    assert count("H200-SXM-141GB", "fp8", "tn") == 2
+    assert count("H100-SXM5-80GB", "bf16", "tn") == 0  # wgmma transposes 16-bit operands itself
+    assert count("A100-SXM4-80GB", "tf32", "tn") == 0  # mma.sync kernels: no K-major-only instruction
+    assert count("H100-SXM5-80GB", "tf32", "tn", m=2047) == 0  # misaligned: Ampere kernels (gemm_peaks)
+
+
 def test_power_budget_is_board_watts_over_the_fp32_peak_for_cuda_core_gemms_only():
     t4 = load_gpu("T4")
     ks = [Kernel("gemm", d, (1, 1024, 1024, 1024), "nt") for d in ("fp32", "fp16")]

@@ -4,7 +4,8 @@ The GPU enters only through its specs, and only as *ratios to the kernel*: the i
 dtype-aware peak and bandwidth, waves over its SMs (and resident CTAs per SM), a GEMM's arithmetic
 intensity over the GPU's ridge point, a row's bytes over its L1. No name, architecture one-hot, raw peak
 or other per-GPU constant reaches the network, except one clipped to two values: whether the GPU runs a dtype's
-tensor-core GEMMs at half rate (``mma_operand_rate``). Leave-one-GPU-out experiments with
+tensor-core GEMMs at half rate (``mma_operand_rate``); and one kernel property that depends on the architecture,
+how many operands a Hopper tf32 / fp8 GEMM transposes (``mn_major_operands``). Leave-one-GPU-out experiments with
 per-GPU physics descriptors (board power per SM-GHz, base over boost clock, FLOP and DRAM bytes per
 clock per SM), fed to the MLP or as a linear term of the logit, all made held-out GPUs worse (the
 A100's fp32 linear layers went from 17 % to 56-154 % error): with a dozen training GPUs, any such
@@ -51,13 +52,28 @@ whose dimensions are odd or 2 mod 4 (measured at 2.8-3.7x the datasheet roofline
 error, the class from 22.7 to 17.6 %; its misaligned attention BMMs (196-token sequences, 2.4-2.7x) moved
 little, 52 -> 48 %, as most are memory-bound at either peak.
 
+Operands the tensor-core instruction cannot read as stored (stop 33): Hopper's wgmma reads 16-bit operands
+K-major or MN-major, tf32 and fp8 ones only K-major (PTX ISA, wgmma.mma_async), so a tf32 GEMM whose operands
+run along m or n is transposed inside the kernel. The H200 suite's tf32 GEMMs of 0.2 ms and more run at a
+median 0.74 of the datasheet rate in ``nt`` (x W^T: both operands K-major), 0.68 in ``nn`` (dY W: one
+MN-major) and 0.51 in ``tn`` (dY^T X: two), while its bf16, fp16 and fp32 GEMMs run at 0.70-0.79 in all
+three. Without the feature the network explained the H200's slow tf32 ``nn`` through layout and element
+size, which the A100 shares: the held-out A100's Aceso tf32 input-gradient GEMMs (``nn``) came out 1.45x
+too slow. One-member leave-one-GPU-out, seeds 1 / 0: target cells 41 -> 40 / 38 -> 40; linear tf32 17.9 ->
+12.0 / 17.2 -> 12.0 % (held-out A100 Aceso 26.2 -> 9.0 / 23.0 -> 8.1 %); worse: bmm tf32 10.1 -> 15.8 /
+9.7 -> 11.8 % (RTX 3090 13.6 -> 27.9 / 13.8 -> 16.0 %), and with seed 1 the RTX 3090's fp16 BMMs 8.5 ->
+19.7 % (seed 0: within 1 pp). The held-out H200 sees the feature only at 0 (clipped to its fold's range), so
+its cells move by fold noise alone (bf16 BMM 16.4 -> 17.1 / 14.9 -> 17.3 %). Blackwell's tcgen05 is left
+at 0: no measurement says whether it transposes tf32 itself.
+
 Two feature sets, one per network:
 
 * ``gemm``: tiles from :mod:`tiling` (same choice in training and inference), the wave-quantised
   time over the ideal one, waves, last-wave fill, padding, split-K, reduction length per CTA,
-  layout, math unit, element size, operand alignment (bytes, up to a 16-byte vector load) and, on tensor
-  cores, whether the GPU runs the dtype at half rate (``mma_operand_rate``, stop 32: GeForce parts with fp32
-  accumulation reach their datasheet rate, full-rate parts about 0.8 of it).
+  layout, math unit, element size, operand alignment (bytes, up to a 16-byte vector load), on tensor
+  cores whether the GPU runs the dtype at half rate (``mma_operand_rate``, stop 32: GeForce parts with fp32
+  accumulation reach their datasheet rate, full-rate parts about 0.8 of it), and how many operands a
+  Hopper wgmma kernel must transpose (``mn_major_operands``, stop 33, below).
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
   128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, element size,
   op kind, direction and whether the op is transcendental.
@@ -160,7 +176,7 @@ VECTOR_KINDS = ("elementwise", "dropout", "softmax", "norm", "gather")
 GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_ideal", "log2_waves",
                  "last_wave_fill", "padding_efficiency", "log2_tile_m", "log2_tile_n", "log2_split_k", "sliced",
                  "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes",
-                 "log2_mma_operand_rate") + tuple(f"layout_{x}" for x in LAYOUTS)
+                 "log2_mma_operand_rate", "mn_major_operands") + tuple(f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us_to_1", "log2_waves", "slot_fill", "log2_row_length",
                    "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
@@ -290,6 +306,24 @@ def mma_operand_rate(peaks: np.ndarray, elem_bytes: np.ndarray, tensor: np.ndarr
     return np.where(tensor, np.clip(_log2(rate), *MMA_OPERAND_RATE_RANGE), 0.0)
 
 
+#: Dtypes whose tensor-core instruction reads only K-major operands from shared memory, per architecture:
+#: Hopper's wgmma transposes 16-bit operands itself, not tf32 or fp8 ones (PTX ISA, wgmma.mma_async; module
+#: docstring).
+K_MAJOR_ONLY_MMA = {"hopper": ("tf32", "fp8")}
+#: Operands stored MN-major (not contiguous along the reduction) per layout: ``nt`` = x W^T reads both along
+#: k, ``nn`` = dY W reads W along n, ``tn`` = dY^T X reads both along m / n.
+MN_MAJOR_OPERANDS = {"nt": 0, "nn": 1, "tn": 2}
+
+
+def mn_major_operands(kernels: Sequence[Kernel], align_bytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+    """How many operands a GEMM's wgmma kernel must transpose on the way in (0, 1 or 2): its MN-major
+    operands where the architecture's instruction reads only K-major ones of its dtype, and the library
+    runs that instruction (aligned operands, ``gemm_peaks``); 0 everywhere else."""
+    dtypes = K_MAJOR_ONLY_MMA.get(gpu.architecture, ())
+    return np.array([MN_MAJOR_OPERANDS.get(k.layout, 0) if k.dtype in dtypes and a >= MAX_ALIGNMENT_BYTES else 0
+                     for k, a in zip(kernels, align_bytes)], dtype=float)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES) + 2], ideal time s [N]) for GEMM kernels of one dtype or several:
     the network's inputs, then the power budget (``power_budget_log2_pj``) and the clock (``clock_column``)."""
@@ -324,7 +358,8 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
-            _log2(align), mma_operand_rate(peaks, elem, tensor, gpu)] + layout + [
+            _log2(align), mma_operand_rate(peaks, elem, tensor, gpu),
+            mn_major_operands(kernels, align, gpu)] + layout + [
                 power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
