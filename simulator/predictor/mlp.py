@@ -65,10 +65,14 @@ class Network:
         x = x[:, :len(self.mean)]  # a GEMM matrix's last column is the power budget, not an input
         h = (np.clip(x.astype(np.float32), self.lo, self.hi) - self.mean) / self.std
         for i, (w, b) in enumerate(self.layers):
-            h = h @ w + b
-            if i < len(self.layers) - 1:
+            h = h @ w
+            h += b
+            if i < len(self.layers) - 1:  # SiLU in place: h / (1 + exp(-h)), without the temporaries
+                e = np.negative(h)
                 with np.errstate(over="ignore"):  # exp(-h) -> inf for very negative h: SiLU -> -0
-                    h = h / (1.0 + np.exp(-h))
+                    np.exp(e, out=e)
+                e += 1.0
+                h /= e
         return h[:, 0].astype(np.float64)
 
 
