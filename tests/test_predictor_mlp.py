@@ -77,7 +77,7 @@ def test_vector_kernels_grow_with_size_on_unmeasured_gpus(mlp, gpu_name):
 @pytest.mark.parametrize("gpu_name", ["H100-SXM5-80GB", "B200"])
 def test_misaligned_bf16_gemms_are_slower_on_unmeasured_tma_gpus(mlp, gpu_name):
     """The held-out H200 ran bf16 GEMMs with a dimension off the 8-element grid as Ampere kernels at
-    2.4-3.7x the roofline; before ``features.gemm_peaks`` such an LM head (vocabulary 50257) was predicted
+    2.4-3.7x the roofline; before ``rates.gemm_peaks`` such an LM head (vocabulary 50257) was predicted
     at the speed of the aligned one (50304)."""
     gpu = load_gpu(gpu_name)
     t = mlp.latency_s([Kernel("gemm", "bf16", (1, 4096, n, 4096), "nt") for n in (50304, 50257)], gpu)

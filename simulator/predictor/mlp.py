@@ -33,8 +33,9 @@ from ..errors import PredictorError
 from ..specs import GpuSpec
 from . import attention
 from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, log_power_cap, offset_slot,
-                       peak_flops, throttle_length, vector_features)
+                       throttle_length, vector_features)
 from .kernels import Kernel
+from .rates import peak_flops
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..specs import DTYPE_BYTES, GpuSpec
 from .dataset import Measurement
-from .features import peak_flops, vector_kind
+from .features import vector_kind
+from .rates import peak_flops
 from .kernels import Kernel
 from .tiling import tile_from_kernel_name
 
