@@ -5,12 +5,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..errors import PredictorError
 from ..specs import GpuSpec
 from .kernels import Kernel
-
-#: Families whose FLOPs run on the matrix units (tensor cores for tf32/fp16/bf16/fp8).
-MATRIX_FAMILIES = ("gemm", "attention")
 
 
 class Predictor(Protocol):
@@ -19,17 +15,6 @@ class Predictor(Protocol):
     def latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> np.ndarray:
         """Latency in seconds of each kernel on ``gpu``; always > 0."""
         ...
-
-
-def compute_peak_flops(kernel: Kernel, gpu: GpuSpec) -> float:
-    """Peak FLOP/s available to ``kernel``: the dtype's matrix rate for GEMM-like kernels, the fp32
-    CUDA-core rate for everything else (vector math runs in fp32 registers)."""
-    if kernel.family in MATRIX_FAMILIES:
-        rate = gpu.peak_flops_per_s.get(kernel.dtype)
-        if rate is None:
-            raise PredictorError(f"{gpu.name} has no {kernel.dtype} support (known: {sorted(gpu.peak_flops_per_s)})")
-        return rate
-    return gpu.peak_flops_per_s["fp32"]
 
 
 class MemoisedPredictor:

@@ -35,7 +35,8 @@ from .kernels import Kernel
 
 
 def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
-    """Datasheet FLOP/s for a kernel: the dtype's matrix rate for GEMM/attention, else fp32 CUDA cores."""
+    """Datasheet FLOP/s for a kernel: the dtype's matrix rate for GEMM/attention (tensor cores for
+    tf32/fp16/bf16/fp8), else the fp32 CUDA-core rate (vector math runs in fp32 registers)."""
     if family in ("gemm", "attention"):
         rate = gpu.peak_flops_per_s.get(dtype)
         if rate is None:

@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from ..specs import GpuSpec
-from .base import compute_peak_flops
 from .kernels import Kernel
+from .rates import peak_flops
 
 COMPUTE_EFFICIENCY = {"gemm": 0.80, "attention": 0.60}
 MEMORY_EFFICIENCY = 0.80
@@ -37,6 +37,6 @@ class RooflinePredictor:
         out = np.empty(len(kernels))
         bandwidth = gpu.memory_bandwidth_bytes_per_s * self.memory_efficiency
         for i, k in enumerate(kernels):
-            peak = compute_peak_flops(k, gpu) * self.compute_efficiency.get(k.family, 1.0)
+            peak = peak_flops(k.dtype, k.family, gpu) * self.compute_efficiency.get(k.family, 1.0)
             out[i] = max(k.flops / peak, k.bytes / bandwidth, self.launch_floor_s)
         return out
