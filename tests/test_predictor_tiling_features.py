@@ -48,7 +48,7 @@ def test_waves_and_blocks():
 def test_feature_vectors_have_the_documented_width():
     gpu = load_gpu("V100-SXM2-16GB")
     x, ideal = ft.gemm_features([Kernel("gemm", "fp16", (1, 512, 512, 512), "nt")], gpu)
-    assert x.shape == (1, len(ft.GEMM_FEATURES) + 2) and np.isfinite(x).all()  # + power budget, clock
+    assert x.shape == (1, len(ft.GEMM_FEATURES) + 3) and np.isfinite(x).all()  # + power budget, floor, clock
     ks = [Kernel(op, "bf16" if op != "layernorm" else "fp32", (64, 1024)) for op in ("add", "layernorm", "softmax_bwd")]
     ks.append(Kernel("embedding", "fp16", (64, 1024, 32000)))
     x, ideal = ft.vector_features(ks, load_gpu("A100-SXM4-40GB"))
@@ -132,6 +132,21 @@ def test_power_cap_is_a_smooth_min_of_one_and_budget_over_energy():
     assert (np.diff(cap) > 0).all() and (cap <= 1.0).all()
     assert cap[0] == pytest.approx(0.25, rel=1e-6) and cap[1] == pytest.approx(0.5, rel=1e-3)
     assert cap[2] == pytest.approx(2 ** (-1 / ft.POWER_CAP_P)) and cap[3] > 0.999 and cap[4] == pytest.approx(1.0)
+
+
+def test_power_cap_never_takes_a_gpu_below_its_base_clock():
+    """The L4 (72 W, 2.4 pJ per fp32 FLOP) would be capped at 0.2 of its boost clock by the energy alone;
+    its base clock (795 of 2040 MHz) is the floor. A mildly capped T4 stays on the energy cap."""
+    log_c = np.log(12.5)
+    for name, on_floor in (("L4", True), ("T4", False)):
+        gpu = load_gpu(name)
+        x, _ = ft.gemm_features([Kernel("gemm", "fp32", (1, 8192, 8192, 8192), "nt")], gpu)
+        budget, floor = x[0, len(ft.GEMM_FEATURES)], x[0, len(ft.GEMM_FEATURES) + 1]
+        assert np.exp(floor) == pytest.approx(gpu.base_clock_hz / gpu.boost_clock_hz)
+        energy_only = float(np.exp(ft.log_power_cap(np.array([budget]), log_c, np))[0])
+        cap = float(np.exp(ft.log_power_cap(np.array([budget]), log_c, np, np.array([floor])))[0])
+        assert cap == pytest.approx(max(energy_only, np.exp(floor)))
+        assert (energy_only < np.exp(floor)) == on_floor
 
 
 def test_gpu_enters_only_through_specs():

@@ -222,8 +222,9 @@ def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
 
 
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(features [N, len(GEMM_FEATURES) + 2], ideal time s [N]) for GEMM kernels of one dtype or several:
-    the network's inputs, then the power budget (``power_budget_log2_pj``) and the clock (``clock_column``)."""
+    """(features [N, len(GEMM_FEATURES) + 3], ideal time s [N]) for GEMM kernels of one dtype or several:
+    the network's inputs, then the power budget (``power_budget_log2_pj``), the clock floor
+    (``clock_floor_column``) and the clock (``clock_column``)."""
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
@@ -257,7 +258,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
             _log2(align), mma_operand_rate(peaks, elem, tensor, gpu),
             mn_major_operands(kernels, align, gpu)] + layout + [
-                power_budget_log2_pj(dtypes, gpu), clock_column(n, gpu)]
+                power_budget_log2_pj(dtypes, gpu), clock_floor_column(n, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
 
@@ -275,12 +276,27 @@ def power_budget_log2_pj(dtypes: Sequence[str], gpu: GpuSpec) -> np.ndarray:
     return np.array([budget if d == "fp32" else UNCAPPED_LOG2_PJ for d in dtypes])
 
 
-def log_power_cap(budget_log2_pj, log_c_pj, xp):
+def clock_floor_column(n: int, gpu: GpuSpec) -> np.ndarray:
+    """Column after the power budget (read by the power cap, not by the network): ln of the GPU's base
+    clock over its boost clock, the least of its fp32 peak a power cap leaves (``log_power_cap``)."""
+    return np.full(n, float(np.log(gpu.base_clock_hz / gpu.boost_clock_hz)))
+
+
+def log_power_cap(budget_log2_pj, log_c_pj, xp, log_floor=None):
     """log of the fraction of its fp32 peak a GPU sustains on GEMMs within its board power: a smooth
-    min(1, budget / c), c the energy per FLOP (pJ) that such a GEMM costs, fitted in training (``model``).
-    ``xp`` is numpy or torch: the same formula serves training and inference."""
+    min(1, budget / c), c the energy per FLOP (pJ) that such a GEMM costs, fitted in training (``model``),
+    and never below ``log_floor`` (``clock_floor_column``).
+    ``xp`` is numpy or torch: the same formula serves training and inference.
+
+    The floor (stop 34): NVIDIA's base clock is the clock a board holds within its TDP under sustained
+    load; a cap fitted on the mildly capped training GPUs (T4 at 8.6 pJ per FLOP: 0.69) and extrapolated
+    linearly put the L4 (2.4 pJ) at 0.19 of its boost clock, half its 795 MHz base clock (0.39), and the
+    L40S, H100 PCIe and A40 below theirs too. Lowering the clock also lowers the voltage, so energy per
+    FLOP falls as a board is capped harder: the linear cap overstates deep caps. No training GPU with
+    fp32 GEMMs sits on its floor (T4: cap 0.69, floor 0.37; H200: 0.83 and 0.80), so the fit is unchanged."""
     z = POWER_CAP_P * (log_c_pj - budget_log2_pj * float(np.log(2.0)))
-    return -xp.logaddexp(xp.zeros_like(z), z) / POWER_CAP_P
+    cap = -xp.logaddexp(xp.zeros_like(z), z) / POWER_CAP_P
+    return cap if log_floor is None else xp.maximum(cap, log_floor)
 
 
 def _vector_dims(kernel: Kernel) -> tuple[int, int]:
@@ -322,5 +338,5 @@ def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
     return np.full(n, float(np.log(gpu.boost_clock_hz / 1e9)))
 
 
-__all__ = ["log_power_cap", "power_budget_log2_pj", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind",
+__all__ = ["log_power_cap", "power_budget_log2_pj", "clock_floor_column", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind",
            "threads_per_sm"]

@@ -63,7 +63,7 @@ class Network:
 
     def logit(self, x: np.ndarray) -> np.ndarray:
         """Logits in float32 (as trained); the latency arithmetic around them stays float64."""
-        x = x[:, :len(self.mean)]  # a GEMM matrix's last column is the power budget, not an input
+        x = x[:, :len(self.mean)]  # the columns past the inputs (power budget, clock floor, clock) feed no layer
         h = (np.clip(x.astype(np.float32), self.lo, self.hi) - self.mean) / self.std
         for i, (w, b) in enumerate(self.layers):
             h = h @ w
@@ -124,7 +124,8 @@ class MLPPredictor:
                                                   self.meta["power_c_pj"]):
             logit = nets[route].logit(x)
             n_in = len(nets[route].mean)
-            scale = np.exp(-log_power_cap(x[:, n_in], np.log(power_c), np)) if route == "gemm" else 1.0
+            scale = (np.exp(-log_power_cap(x[:, n_in], np.log(power_c), np, x[:, n_in + 1])) if route == "gemm"
+                     else 1.0)
             if gpu.name in offsets:  # a measured GPU keeps what was particular to it
                 offset, slope = np.array([offsets[gpu.name][s] for s in OFFSET_SLOTS])[slot_idx].T
                 logit = logit + offset + slope * throttle_length(ideal)

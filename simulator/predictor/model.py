@@ -145,9 +145,10 @@ ten chips, seeds 0 / 1, against no cap: target cells 30 -> 32 / 26 -> 31 of 98 (
 33 / 32); linear fp32 17.9 -> 13.0 / 18.2 -> 12.9 %, bmm fp32 19.9 -> 16.1 / 19.4 -> 15.3 %; held-out H200
 fp32 linear 16.5 -> 4.6 %, T4 fp32 linear 40.4 -> 20.8 %, V100 PCIe fp32 linear 21.4 -> 16.0 %; P100
 fp32 linear 25.3 -> 27.3 % (uncapped, and slower than the typical GPU on K >= 16384), other classes within
-+-1.5 pp. p = 16 was kept for the stable c across folds. The shipped weights (c = 12.4-12.5 pJ) put
-power-limited parts never measured far below their fp32 peak on an 8192^3 GEMM: L4 (2.4 pJ) 0.18, L40S
-0.29, H100 PCIe 0.52, A40 0.62, H100 SXM 0.79, B200 0.93 -- no measurement of those checks it.
++-1.5 pp. p = 16 was kept for the stable c across folds. The cap stops at the GPU's base clock over its boost clock
+(``features.log_power_cap``, stop 34). The shipped weights (c = 12.5 pJ) put power-limited parts never
+measured below their fp32 peak on an 8192^3 GEMM: L4 (2.4 pJ) 0.31 (0.15 without the floor), L40S 0.35
+(0.24), H100 PCIe 0.59 (0.50), A40 0.64 (0.55), H100 SXM 0.76, B200 0.91 -- no measurement of those checks it.
 """
 from __future__ import annotations
 
@@ -233,8 +234,9 @@ class KernelModel(nn.Module):
                          unit_idx: torch.Tensor | None = None, slot_idx: torch.Tensor | None = None) -> torch.Tensor:
         n_in = self.nets[route].mean.shape[0]
         logit = self.nets[route](x[:, :n_in])
-        capped = route == "gemm"  # GEMMs: the column after the inputs is the power budget
-        scale = torch.exp(-log_power_cap(x[:, n_in], self.log_power_c_pj, torch)) if capped else torch.ones(())
+        capped = route == "gemm"  # GEMMs: the columns after the inputs are the power budget and clock floor
+        scale = (torch.exp(-log_power_cap(x[:, n_in], self.log_power_c_pj, torch, x[:, n_in + 1])) if capped
+                 else torch.ones(()))
         if unit_idx is not None:
             long = torch.relu(torch.log2(ideal_s / THROTTLE_ONSET_S))
             logit = logit + self.unit_offset[unit_idx, slot_idx] + self.unit_slope()[unit_idx, slot_idx] * long
