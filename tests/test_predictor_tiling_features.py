@@ -85,6 +85,23 @@ def test_misaligned_tensor_gemms_on_tma_gpus_are_bounded_by_the_mma_sync_rate():
     assert ideal[0] == pytest.approx(odd_k.flops / h100.peak_flops_per_s["fp32"])
 
 
+def test_fp16_gemms_without_tensor_cores_run_at_the_fp32_rate():
+    """PyTorch runs fp16 GEMMs on Pascal with fp32 compute: the P100's 2x and the P4's 1/64 fp16 rates
+    are not what its GEMMs reach; a GEMM's ideal time and the roofline use the fp32 rate there."""
+    from simulator.predictor.rates import peak_flops
+    from simulator.predictor.roofline import RooflinePredictor
+    k = Kernel("gemm", "fp16", (1, 4096, 4096, 4096), "nt")
+    for name in ("P4", "P100-PCIE-16GB"):
+        gpu = load_gpu(name)
+        assert peak_flops("fp16", "gemm", gpu) == gpu.peak_flops_per_s["fp32"] != gpu.peak_flops_per_s["fp16"]
+        x, ideal = ft.gemm_features([k], gpu)
+        assert ideal[0] == pytest.approx(k.flops / gpu.peak_flops_per_s["fp32"])
+        assert x[0, ft.GEMM_FEATURES.index("tensor_unit")] == 0.0 and tl.math_unit(k, gpu) == "simt"
+        assert RooflinePredictor().latency_s([k], gpu)[0] >= ideal[0]
+    v100 = load_gpu("V100-SXM2-16GB")
+    assert peak_flops("fp16", "gemm", v100) == v100.peak_flops_per_s["fp16"]
+
+
 def test_mma_operand_rate_marks_half_rate_tensor_cores_only():
     col = ft.GEMM_FEATURES.index("log2_mma_operand_rate")
 

@@ -17,6 +17,7 @@ import numpy as np
 from ..specs import GpuSpec
 from .dataset import Measurement
 from .kernels import Kernel
+from .rates import peak_flops
 from .tiling import choose_gemm_tile, tile_from_kernel_name
 from .training import HOST_TIMINGS, main_kernel, op_class, timed_reading_s
 
@@ -124,6 +125,6 @@ def tile_match(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> dict[st
         named = tile_from_kernel_name(m.kernel_name) if m.kernel_name else None
         if named and len(m.kernels) == 1 and m.kernels[0].family == "gemm":
             k, g = m.kernels[0], gpus[m.gpu]
-            t = choose_gemm_tile(k, g, g.peak_flops_per_s[k.dtype])
+            t = choose_gemm_tile(k, g, peak_flops(k.dtype, "gemm", g))
             hits[m.gpu].append((t.tm, t.tn) == named)
     return {g: (100.0 * float(np.mean(v)), len(v)) for g, v in sorted(hits.items())}

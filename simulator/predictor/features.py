@@ -144,7 +144,7 @@ import numpy as np
 
 from ..specs import DTYPE_BYTES, GpuSpec
 from .kernels import OPS, Kernel
-from .rates import alignment_bytes, gemm_peaks, mma_operand_rate, mn_major_operands
+from .rates import alignment_bytes, gemm_peaks, has_tensor_cores, mma_operand_rate, mn_major_operands
 from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, threads_per_sm, vector_blocks,
                      vector_waves)
 
@@ -228,7 +228,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
-    tensor = np.array([d != "fp32" and gpu.architecture != "pascal" for d in dtypes])
+    tensor = np.array([d != "fp32" and has_tensor_cores(gpu) for d in dtypes])
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
     align = alignment_bytes(shapes[:, 1:], elem)
     peaks = gemm_peaks(dtypes, align, gpu)

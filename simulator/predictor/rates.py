@@ -34,10 +34,23 @@ from ..specs import GpuSpec
 from .kernels import Kernel
 
 
+#: Architectures without tensor cores. Frameworks run their fp16 GEMMs there as cuBLAS GEMMs with fp32 compute
+#: (PyTorch: ``cublasGemmEx(..., CUDA_R_16F, ..., CUDA_R_32F)``), i.e. on the fp32 CUDA cores, whatever the
+#: chip's own fp16 rate: the P100's 2x (18.7 TFLOP/s) or the P4's 1/64 (0.09).
+NO_TENSOR_CORES = ("pascal",)
+
+
+def has_tensor_cores(gpu: GpuSpec) -> bool:
+    return gpu.architecture not in NO_TENSOR_CORES
+
+
 def peak_flops(dtype: str, family: str, gpu: GpuSpec) -> float:
     """Datasheet FLOP/s for a kernel: the dtype's matrix rate for GEMM/attention (tensor cores for
-    tf32/fp16/bf16/fp8), else the fp32 CUDA-core rate (vector math runs in fp32 registers)."""
+    tf32/fp16/bf16/fp8; fp16 on a GPU without tensor cores runs at its fp32 rate, ``NO_TENSOR_CORES``),
+    else the fp32 CUDA-core rate (vector math runs in fp32 registers)."""
     if family in ("gemm", "attention"):
+        if dtype == "fp16" and not has_tensor_cores(gpu) and dtype in gpu.peak_flops_per_s:
+            dtype = "fp32"
         rate = gpu.peak_flops_per_s.get(dtype)
         if rate is None:
             raise PredictorError(f"{gpu.name} has no {dtype} matrix support (has {sorted(gpu.peak_flops_per_s)})")

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..specs import GpuSpec
 from .kernels import Kernel
+from .rates import has_tensor_cores
 
 #: Maximum resident threads per SM by architecture (CUDA C Programming Guide, compute capabilities).
 #: GA10x (Ampere GeForce/A40) and Ada have 1536; GA100 has 2048 -- told apart by L2 size below.
@@ -79,7 +80,7 @@ FAMILY = {"pascal": "pascal", "volta": "volta", "turing": "volta", "ampere": "am
 
 def math_unit(kernel: Kernel, gpu: GpuSpec) -> str:
     """'tensor' when the GEMM runs on matrix units (any non-fp32 dtype the GPU has a tensor rate for)."""
-    if kernel.dtype == "fp32" or gpu.architecture == "pascal":
+    if kernel.dtype == "fp32" or not has_tensor_cores(gpu):
         return "simt"
     return "tensor"
 
