@@ -68,6 +68,12 @@ def test_predict_kernels_user_errors(tmp_path, capsys):
     src.write_text("OPName,B,H\nembedding,4096,1024\n")  # an embedding needs (tokens, hidden, vocab)
     assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(src), "--output", "-"]) == 2
     assert "line 2: OPName = 'embedding'" in capsys.readouterr().err
+    src.write_text("OPName,B,M,N,K\nlinear,1,512,512,\nVECsoftmax,4,512,,\n")  # a missing K, then a missing H
+    assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(src), "--output", "-"]) == 2
+    assert "line 2: K = '': missing (bmm/linear rows need B, M, N, K" in capsys.readouterr().err
+    src.write_text("OPName,B,M,N,K\nVECsoftmax,4,512,,\n")
+    assert main(["predict-kernels", "--gpu", "A100-40", "--input", str(src), "--output", "-"]) == 2
+    assert "line 2: H = None: missing" in capsys.readouterr().err
 
 
 def test_gpu_from_yaml_file(tmp_path):

@@ -18,9 +18,12 @@ NEUSIGHT_NAMES = {"bmm": "gemm", "linear": "gemm", "ln": "layernorm", "addu": "a
 
 
 def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
+    if row.get(column) in (None, ""):
+        raise ConfigError(source, f"line {line}: {column}", row.get(column),
+                          "missing (bmm/linear rows need B, M, N, K; vector ops B, H)")
     try:
         return int(float(row[column]))
-    except (KeyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected an integer") from None
 
 
