@@ -298,8 +298,9 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
   staging D = 0.45 (fitted on Aceso's RTX 2080 / Titan RTX all-reduce at 2-8 GPUs; predicts their
   all-gather and reduce-scatter); GA100 NVLink D = 0.33 (vTrain's DGX A100 at 1 GiB, 2-8 GPUs); none
   on Volta or Hopper NVLink (flat ring busbw in n).
-- Simple-protocol calls through an NVSwitch: 35 us per call beyond NCCL's tuner table, which the tuner does
-  not see (fitted on vTrain's and Vidur's DGX A100 at 4-64 MiB; the held-out H200 curve below).
+- Simple-protocol calls through an NVSwitch: 20 us per call and 3 us per step (per peer in each NVLS phase)
+  beyond NCCL's tuner table, which the tuner does not see (fitted on vTrain's and Vidur's DGX A100, where
+  the excess grows from 2 to 8 GPUs; the held-out H200 curve below).
 - LL128 rings sustain 0.64 of the Simple rate (fitted on vTrain's DGX A100 at 4-22 MiB, 5-8 GPUs), while
   NCCL's tuner selects them at its 0.92.
 - NCCL's tuner rates a tree all-reduce at its size-dependent treeCorrectionFactor (0.5-0.9 from 512 B to

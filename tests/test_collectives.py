@@ -125,11 +125,12 @@ def test_two_node_tree_is_faster_than_nccl_thinks_so_large_messages_run_rings():
 
 
 def test_simple_calls_through_an_nvswitch_pay_a_latency_the_tuner_does_not_see(dgx_a100, dgx1):
-    def gap_s(topo):
-        ring = next(c for c in candidates(topo, "all_reduce", tuple(range(8))) if c.protocol == "Simple")
+    def gap_s(topo, n=8):
+        ring = next(c for c in candidates(topo, "all_reduce", tuple(range(n))) if c.protocol == "Simple")
         return ring.time_s(1.0) - ring.tuner_time_s(1.0)
 
-    assert gap_s(dgx_a100) == pytest.approx(35e-6)
+    assert gap_s(dgx_a100) == pytest.approx(62e-6)  # 20 us per call + 3 us per step, 14 steps
+    assert gap_s(dgx_a100, 2) == pytest.approx(26e-6)  # 2 steps
     assert gap_s(dgx1) == 0.0  # direct NVLink
     ll = next(c for c in candidates(dgx_a100, "all_reduce", tuple(range(8))) if c.protocol == "LL")
     assert ll.time_s(1.0) == ll.tuner_time_s(1.0)

@@ -107,12 +107,12 @@ def _scales(topo: Topology) -> tuple[float, float]:
     return c.intra_node.latency_s / tuning.REFERENCE_INTRA_LATENCY_S, inter
 
 
-def _simple_switch_latency_s(topo: Topology, graph: ChannelGraph, protocol: str) -> float:
-    """Real latency of a Simple-protocol call through an NVSwitch beyond NCCL's tuner table
-    (``tuning.NVSWITCH_SIMPLE_LATENCY_US``); zero elsewhere."""
+def _simple_switch_latency_s(topo: Topology, graph: ChannelGraph, protocol: str, steps: int) -> float:
+    """Real latency of a Simple-protocol call of ``steps`` steps through an NVSwitch beyond NCCL's tuner table
+    (``tuning.NVSWITCH_SIMPLE_CALL_US`` + steps x ``tuning.NVSWITCH_SIMPLE_STEP_US``); zero elsewhere."""
     if protocol != "Simple" or not _crosses_nvswitch(graph):
         return 0.0
-    return tuning.NVSWITCH_SIMPLE_LATENCY_US * _scales(topo)[0] * 1e-6
+    return (tuning.NVSWITCH_SIMPLE_CALL_US + steps * tuning.NVSWITCH_SIMPLE_STEP_US) * _scales(topo)[0] * 1e-6
 
 
 def _crosses_nvswitch(graph: ChannelGraph) -> bool:
@@ -172,7 +172,7 @@ def _ring_like(topo: Topology, collective: str, group: tuple[int, ...], algorith
     out = []
     for proto, bw, wire in _protocols(topo, "ring", base, f, nodes, intra):
         lat = tuning.ring_latency_s(proto, steps, inter, intra, ppn, si, sn)
-        real = lat + _simple_switch_latency_s(topo, graph, proto)
+        real = lat + _simple_switch_latency_s(topo, graph, proto, steps - inter)
         real_bw = base * tuning.LL128_RING_SUSTAINED if proto == "LL128" else bw
         out.append(Candidate("ring", proto, (Phase(graph, real, real_bw, wire, tuner_bytes_per_s=bw,
                                                    tuner_latency_s=lat),)))
@@ -207,7 +207,7 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     for proto, bw, wire in real:
         lat = tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn)
         real_bw = bw / tuning.TREE_SIMPLE if proto == "Simple" and nodes == 1 else bw
-        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto), real_bw,
+        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto, 2 * (ppn - 1)), real_bw,
                                                    wire, believed.get(proto, bw), lat),)))
     return out
 
@@ -228,7 +228,7 @@ def _nvls(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     limit = port * tuning.NVLS_EFFICIENCY.get(topo.cluster.gpu.architecture, 0.85)
     graph = graph_for(topo, "nvls", group, limit=limit)
     lat = tuning.nvls_latency_s(_scales(topo)[0])
-    real = lat + _simple_switch_latency_s(topo, graph, "Simple")
+    real = lat + _simple_switch_latency_s(topo, graph, "Simple", 2 * (len(group) - 1))
     return [Candidate("nvls", "Simple", (Phase(graph, real, graph.algbw_bytes_per_s, tuner_latency_s=lat),))]
 
 

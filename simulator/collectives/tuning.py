@@ -58,14 +58,18 @@ TREE_CORRECTION = {
 }
 #: tuning.cc converts a tree's bus bandwidth to algorithm bandwidth with a ratio of 0.5 (rings: n / (2(n-1)))
 TREE_ALGBW_RATIO = 0.5
-#: Simple-protocol calls through an NVSwitch take this much longer (us, per call) than tuning.cc's latency
-#: table says; LL/LL128 calls do not (Vidur's small DGX A100 all-reduces). Fitted on the mid sizes
-#: (4-64 MiB) of vTrain's DGX A100 nccl-tests (2-8 GPUs: 29-43 us above NCCL's ring latency) and Vidur's DGX
-#: A100 all-reduce (2, 4, 8 GPUs: 34-67 us); direct NVLink shows none (vTrain's DGX-1: within +-10 us) and the
-#: bridged A100 PCIe pair 9-14 us. The stas00 HGX H200 NVLS curve (16 MiB-1 GiB) sits 47-121 us above
-#: NCCL's 25 us. NCCL's table only has to rank candidates, so a cost common to a protocol's calls through a
-#: switch (flag and fence round trips through it) is not in it; the tuner below selects without it.
-NVSWITCH_SIMPLE_LATENCY_US = 35.0
+#: Simple-protocol calls through an NVSwitch take longer than tuning.cc's latency table says: a cost per call
+#: and one per step (each step's flag and fence round trip through the switch); LL/LL128 calls do not (Vidur's
+#: small DGX A100 all-reduces). The excess over NCCL's ring latency grows with the group: vTrain's DGX A100
+#: nccl-tests at 4-64 MiB, 29 us at 2 GPUs to 43 us at 8, Vidur's DGX A100 all-reduce 34-67 us from 2 to 8;
+#: direct NVLink shows none (vTrain's DGX-1: within +-10 us), the bridged A100 PCIe pair 9-14 us. Fitted on
+#: those two sources (stop 34, grid over both constants: mean MAPE >= 1 MiB of the two 4.4 %, where one
+#: per-call 35 us gave 5.3 %); NVLS pays a step per peer in each of its two phases, as a ring does. The held-out
+#: stas00 HGX H200 NVLS curve (16 MiB-1 GiB) sits 47-121 us above NCCL's 25 us. NCCL's table only has to rank
+#: candidates, so a cost common to a protocol's calls through a switch is not in it; the tuner below selects
+#: without it.
+NVSWITCH_SIMPLE_CALL_US = 20.0
+NVSWITCH_SIMPLE_STEP_US = 3.0
 #: NVLS: fraction of the GPU's usable NVLink bandwidth the switch reduction reaches (tuning.cc nvlsEfficiency
 #: 0.85 on Hopper; 0.80 on Blackwell from HGX B200 NVLS 778-838 GB/s at 6-8 GPUs vs ring 680, stas00)
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.80}
