@@ -207,8 +207,8 @@ def _tree(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     for proto, bw, wire in real:
         lat = tuning.tree_latency_s(proto, ppn, nodes, intra, si, sn)
         real_bw = bw / tuning.TREE_SIMPLE if proto == "Simple" and nodes == 1 else bw
-        out.append(Candidate("tree", proto, (Phase(graph, lat + _simple_switch_latency_s(topo, graph, proto, 2 * (ppn - 1)), real_bw,
-                                                   wire, believed.get(proto, bw), lat),)))
+        real_s = lat + _simple_switch_latency_s(topo, graph, proto, 2 * (ppn - 1))
+        out.append(Candidate("tree", proto, (Phase(graph, real_s, real_bw, wire, believed.get(proto, bw), lat),)))
     return out
 
 

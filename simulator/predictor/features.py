@@ -292,8 +292,10 @@ def log_power_cap(budget_log2_pj, log_c_pj, xp, log_floor=None):
     load; a cap fitted on the mildly capped training GPUs (T4 at 8.6 pJ per FLOP: 0.69) and extrapolated
     linearly put the L4 (2.4 pJ) at 0.19 of its boost clock, half its 795 MHz base clock (0.39), and the
     L40S, H100 PCIe and A40 below theirs too. Lowering the clock also lowers the voltage, so energy per
-    FLOP falls as a board is capped harder: the linear cap overstates deep caps. No training GPU with
-    fp32 GEMMs sits on its floor (T4: cap 0.69, floor 0.37; H200: 0.83 and 0.80), so the fit is unchanged."""
+    FLOP falls as a board is capped harder: the linear cap overstates deep caps. With the shipped c no
+    training GPU with fp32 GEMMs sits on its floor (T4: cap 0.69, floor 0.37; H200: 0.83 and 0.80): retrained,
+    the weights came out byte-identical. Leave-one-GPU-out folds fitting c above ~13 pJ put the H200 on its
+    floor (ampere-108sm: c 13.2 -> 14.1 pJ)."""
     z = POWER_CAP_P * (log_c_pj - budget_log2_pj * float(np.log(2.0)))
     cap = -xp.logaddexp(xp.zeros_like(z), z) / POWER_CAP_P
     return cap if log_floor is None else xp.maximum(cap, log_floor)
