@@ -144,9 +144,9 @@ import numpy as np
 
 from ..specs import DTYPE_BYTES, GpuSpec
 from .kernels import OPS, Kernel
-from .rates import alignment_bytes, gemm_peaks, has_tensor_cores, mma_operand_rate, mn_major_operands
-from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, threads_per_sm, vector_blocks,
-                     vector_waves)
+from .rates import alignment_bytes, gemm_peaks, mma_operand_rate, mn_major_operands
+from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, math_unit, threads_per_sm,
+                     vector_blocks, vector_waves)
 
 LAYOUTS = ("nn", "nt")
 #: Layouts the features cannot tell apart from another one (see the module docstring).
@@ -175,6 +175,10 @@ def vector_kind(op: str) -> str:
 
 #: What a measured GPU keeps an offset for (``model``): GEMMs, and each vector op (per kind until stop 30).
 OFFSET_SLOTS = ("gemm",) + tuple(f"vector:{op}" for op, c in OPS.items() if c.family not in ("gemm", "attention"))
+
+
+#: Position of each slot in ``OFFSET_SLOTS`` (a dict: ``list.index`` per kernel cost 10 % of an inference batch).
+SLOT_INDEX = {s: i for i, s in enumerate(OFFSET_SLOTS)}
 
 
 def offset_slot(kernel_op: str) -> str:
@@ -228,7 +232,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
     n = len(kernels)
     shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
-    tensor = np.array([d != "fp32" and has_tensor_cores(gpu) for d in dtypes])
+    tensor = np.array([math_unit(k, gpu) == "tensor" for k in kernels])
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
     align = alignment_bytes(shapes[:, 1:], elem)
     peaks = gemm_peaks(dtypes, align, gpu)

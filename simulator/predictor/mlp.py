@@ -32,16 +32,14 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from . import attention
-from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, log_power_cap, offset_slot,
-                       throttle_length, vector_features)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, log_power_cap,
+                       offset_slot, throttle_length, vector_features)
 from .kernels import Kernel
 from .rates import peak_flops
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
 FEATURE_FNS = {"gemm": gemm_features, "vector": vector_features}
-#: Position of each offset slot in ``OFFSET_SLOTS`` (a dict: ``list.index`` per kernel cost 10 % of a batch).
-SLOT_INDEX = {s: i for i, s in enumerate(OFFSET_SLOTS)}
 LARGE_GEMM = (1, 8192, 8192, 8192)
 #: Version of the model the weights' numbers belong to (``training.export`` writes it): 2 = fixed time in
 #: cycles, power cap of fp32 GEMMs; 3 = a measured GPU's offsets per vector op, not per kind. Bump it when a

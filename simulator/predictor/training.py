@@ -22,8 +22,8 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from .dataset import Measurement
-from .features import (GEMM_FEATURES, OFFSET_SLOTS, VECTOR_FEATURES, gemm_features, offset_slot, vector_features,
-                       vector_kind)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, offset_slot,
+                       vector_features, vector_kind)
 from .kernels import Kernel
 from .mlp import WEIGHTS_FORMAT
 
@@ -112,7 +112,7 @@ def design(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> Design:
     routes, slots = {}, {}
     for r in ROUTES:
         parts = [(FEATURE_FNS[r]([k for _, k in items], gpus[gpu]), [i for i, _ in items],
-                  [OFFSET_SLOTS.index(offset_slot(k.op)) for _, k in items])
+                  [SLOT_INDEX[offset_slot(k.op)] for _, k in items])
                  for (route, gpu), items in sorted(pending.items()) if route == r]
         if parts:
             routes[r] = (np.vstack([p[0][0] for p in parts]), np.concatenate([p[0][1] for p in parts]),
