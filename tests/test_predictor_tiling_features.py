@@ -7,7 +7,8 @@ import pytest
 from simulator.hardware import load_gpu
 from simulator.predictor import features as ft
 from simulator.predictor import tiling as tl
-from simulator.predictor.kernels import Kernel
+from simulator.predictor import rates
+from simulator.predictor.kernels import EMBEDDING_INDEX_OPS, Kernel
 
 
 @pytest.mark.parametrize("name, tile", [("volta_sgemm_128x64_nn", (64, 128)), ("ampere_sgemm_32x32_sliced1x4_tn", (32, 32)),
@@ -191,6 +192,25 @@ def test_row_over_l1_scales_with_row_bytes_and_the_gpus_l1():
     assert xa[0] == pytest.approx(np.log2(32 / 192)) and xa[1] == pytest.approx(xa[0] - 1)
     assert xp[0] == pytest.approx(min(np.log2(32 / 24), ft.ROW_OVER_L1_RANGE[1]))
     assert xa[2] == xp[2] == ft.ROW_OVER_L1_RANGE[0]  # not a row-wise op
+
+
+def test_integer_rate_is_64_lanes_per_sm_from_volta_on():
+    a100, a40, p4 = load_gpu("A100-SXM4-40GB"), load_gpu("A40"), load_gpu("P4")
+    assert rates.integer_ops_per_s(a100) == pytest.approx(64 * a100.sms * a100.boost_clock_hz)
+    assert rates.integer_ops_per_s(a40) == pytest.approx(64 * a40.sms * a40.boost_clock_hz)  # 128 fp32 lanes
+    assert rates.integer_ops_per_s(p4) == pytest.approx(p4.peak_flops_per_s["fp32"] / 2)  # shared cores
+
+
+def test_embedding_ideal_time_is_its_index_arithmetic():
+    """PyTorch's embedding gather is bound by locating each element, not by DRAM: its ideal time follows the
+    integer rate (SMs x clock), on the A40 and on the 2.5x faster-memory A100 80GB and H200 alike."""
+    k = Kernel("embedding", "bf16", (4096, 8192, 32000))
+    for name in ("A100-PCIE-80GB", "A40", "H200-SXM-141GB"):
+        gpu = load_gpu(name)
+        ideal = ft.vector_features([k], gpu)[1][0]
+        assert ideal == pytest.approx(4096 * 8192 * EMBEDDING_INDEX_OPS / rates.integer_ops_per_s(gpu))
+        assert ideal > k.bytes / gpu.memory_bandwidth_bytes_per_s
+    assert k.flops == 0  # integer work is not FLOPs: MFU never counts it
 
 
 def test_weight_gradient_layout_shares_the_data_gradient_features():

@@ -88,6 +88,19 @@ for rows of 2-4 KB -> 4-8 KB: A100 0.85 -> 0.59, P100 0.58 -> 0.39, V100 0.76 ->
 H200 suite 0.85 -> 0.81). One member, seed 1: 41 -> 41 target cells, softmax fp32 20.1 -> 21.3 % (held-out
 P100 29.0 -> 30.2, V100 13.9 -> 16.9, A100 20.8 -> 19.0), the H200's bf16 softmax 60 -> 47 %.
 
+Gathers (stop 35): PyTorch's embedding is ``index_select``, whose threads each divide by runtime sizes three
+times to locate one 2-byte element; Vidur's A100 PCIe 80GB and A40 run it at the same rate per SM cycle, at
+0.19 and 0.48 of their bandwidths. Its ideal time is now the larger of the DRAM time and its index arithmetic
+(``kernels.EMBEDDING_INDEX_OPS`` per element) at the GPU's integer rate (``rates.integer_ops_per_s``); with
+bytes alone each held-out GPU got the other's fraction of the bandwidth. One member, seed 1: held-out
+embeddings A100 80GB 65.3 -> 13.9 %, A40 182.1 -> 13.7 %; target cells 39 -> 40, class means within 1.5 pp.
+
+Tried and not kept (stop 35): the norms' row bytes times the rows resident per SM (one 128-thread CTA per row,
+as in PyTorch's vectorised layer norm and apex) over the L1, so that Aceso's 7168-wide rows (0.5 of the
+bandwidth on every GPU) fall out of the L1 where its 2560-wide ones fit. One member, seed 1: target cells
+39 -> 34; norm fp32 13.7 -> 15.2 % (NeuSight's held-out A100 7.4 -> 13.0, T4 11.3 -> 13.2); Aceso's norm cells
+moved by -1.4 to +1.7 pp.
+
 Layout: the weight-gradient GEMM (``tn``, X^T dY) never appears alone in the measured data, only inside
 Aceso's backward timings beside the data-gradient GEMM (``nn`` or ``nt``), so the sum pins down the two
 together and not each. With its own one-hot the network made ``tn`` almost free: the shipped weights
@@ -144,7 +157,7 @@ import numpy as np
 
 from ..specs import DTYPE_BYTES, GpuSpec
 from .kernels import OPS, Kernel
-from .rates import alignment_bytes, gemm_peaks, mma_operand_rate, mn_major_operands
+from .rates import alignment_bytes, gemm_peaks, integer_ops_per_s, mma_operand_rate, mn_major_operands
 from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, math_unit, threads_per_sm,
                      vector_blocks, vector_waves)
 
@@ -326,6 +339,7 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     rowwise = np.isin(kind_of, [VECTOR_KINDS.index("softmax"), VECTOR_KINDS.index("norm")])
     backward = np.array([op.endswith("_bwd") for op in ops], dtype=float)[op_idx]
     transcendental = np.array([OPS[op].cost == "transcendental" for op in ops], dtype=float)[op_idx]
+    index_ops = np.array([OPS[op].index_ops_per_element for op in ops], dtype=float)[op_idx]
     flops = np.array([k.flops for k in kernels], dtype=float)
     bytes_ = np.array([k.bytes for k in kernels], dtype=float)
     elem = np.array([DTYPE_BYTES[k.dtype] for k in kernels], dtype=float)
@@ -333,7 +347,8 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     t_memory = bytes_ / gpu.memory_bandwidth_bytes_per_s
     blocks, _ = vector_blocks(dims[:, 0], dims[:, 1], dims[:, 0] * dims[:, 1], rowwise)
     waves, fill = vector_waves(blocks, gpu)
-    t_ideal = np.maximum(np.maximum(t_compute, t_memory), 1e-9)
+    t_index = index_ops * dims[:, 0] * dims[:, 1] / integer_ops_per_s(gpu)
+    t_ideal = np.maximum(np.maximum(np.maximum(t_compute, t_memory), t_index), 1e-9)
     kind_cols = [(kind_of == i).astype(float) for i in range(len(VECTOR_KINDS))]
     cols = [np.minimum(_size(t_ideal), MAX_LOG2_VECTOR_IDEAL_US), np.minimum(_log2(waves), MAX_LOG2_WAVES),
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem), backward, transcendental,

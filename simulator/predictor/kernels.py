@@ -61,13 +61,15 @@ class Kernel:
 class OpClass:
     """How to count one op. ``flops(shape)`` and ``bytes(shape, element_bytes)`` are exact formulas;
     ``cost`` is the per-element arithmetic class for elementwise ops (``cheap`` add/mul/relu vs
-    ``transcendental`` gelu/tanh/pow/exp), used as a predictor feature."""
+    ``transcendental`` gelu/tanh/pow/exp), used as a predictor feature; ``index_ops_per_element`` an
+    estimate of the integer work a gather spends locating each element (not FLOPs: MFU never counts it)."""
 
     family: str
     flops: Callable[[tuple[int, ...]], float]
     bytes: Callable[[tuple[int, ...], int], float]
     inputs: int = 1
     cost: str = "cheap"
+    index_ops_per_element: float = 0.0  # integer instructions of address arithmetic per output element
     dims: tuple[int, ...] = (1, 2)  # accepted shape lengths: (elements,) or (rows, cols)
     dims_help: str = ""
 
@@ -159,6 +161,13 @@ def _adam_bytes(fused: bool) -> Callable[[tuple[int, ...], int], float]:
 
 _FLASH_DIMS = " (batch, heads, query length, key length, head dim, causal 0/1)"
 _EMBEDDING_DIMS = " (tokens, hidden, vocab)"
+#: PyTorch's embedding is ``index_select`` (``indexSelectLargeIndex``): one thread per output element, each
+#: dividing by runtime sizes three times (its row and column, then the source and destination offsets in
+#: ``IndexToOffset``; about 13 instructions per 32-bit division, one of them a quarter-rate MUFU.RCP) and
+#: loading its row's index: about 64 integer-pipe instructions to move one 2-byte element. Vidur's A100
+#: PCIe 80GB and A40 embed 4096 x 8192 bf16 tokens in 402-429 us, at 0.19 and 0.48 of their bandwidths but
+#: at the same rate per SM cycle (108 SMs x 1.41 GHz, 84 x 1.74 GHz).
+EMBEDDING_INDEX_OPS = 64.0
 
 OPS: dict[str, OpClass] = {
     # GEMMs, forward and backward: the lowering emits one per GEMM with its own shape and layout.
@@ -210,7 +219,8 @@ OPS: dict[str, OpClass] = {
     "flash_attn_bwd": OpClass("attention", lambda s: _flash_flops(s, 5), lambda s, e: _flash_bytes(s, e, 4, 4), 6,
                               dims=(6,), dims_help=_FLASH_DIMS),
     # Memory-bound data movement.
-    "embedding": OpClass("memory", lambda s: 0.0, _embedding_bytes, dims=(3,), dims_help=_EMBEDDING_DIMS),
+    "embedding": OpClass("memory", lambda s: 0.0, _embedding_bytes, index_ops_per_element=EMBEDDING_INDEX_OPS,
+                         dims=(3,), dims_help=_EMBEDDING_DIMS),
     "embedding_bwd": OpClass("memory", lambda s: s[0] * s[1], _embedding_bwd_bytes, dims=(3,),
                              dims_help=_EMBEDDING_DIMS),
     "copy": OpClass("memory", lambda s: 0.0, lambda s, e: 2.0 * e * _prod(s)),

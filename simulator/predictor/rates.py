@@ -40,6 +40,19 @@ from .kernels import Kernel
 NO_TENSOR_CORES = ("pascal",)
 
 
+#: 32-bit integer lanes per SM from Volta on (whitepapers): 64, also where GA10x, Ada and Hopper doubled only the
+#: fp32 lanes. Pascal's CUDA cores run both, so there the integer rate is the fp32 one.
+INT32_LANES_PER_SM = 64
+
+
+def integer_ops_per_s(gpu: GpuSpec) -> float:
+    """Integer instructions per second over all SMs at the boost clock (one per integer lane per cycle)."""
+    lane_rate = gpu.sms * gpu.boost_clock_hz
+    fp32_lanes = gpu.peak_flops_per_s["fp32"] / (2.0 * lane_rate)
+    lanes = fp32_lanes if gpu.architecture in NO_TENSOR_CORES else min(fp32_lanes, INT32_LANES_PER_SM)
+    return lanes * lane_rate
+
+
 def has_tensor_cores(gpu: GpuSpec) -> bool:
     return gpu.architecture not in NO_TENSOR_CORES
 
