@@ -41,15 +41,17 @@ NO_TENSOR_CORES = ("pascal",)
 
 
 #: 32-bit integer lanes per SM from Volta on (whitepapers): 64, also where GA10x, Ada and Hopper doubled only the
-#: fp32 lanes. Pascal's CUDA cores run both, so there the integer rate is the fp32 one.
+#: fp32 lanes.
 INT32_LANES_PER_SM = 64
+#: Architectures whose CUDA cores run integer and fp32 instructions alike: their integer rate is the fp32 one.
+SHARED_INT32_FP32_LANES = ("pascal",)
 
 
 def integer_ops_per_s(gpu: GpuSpec) -> float:
     """Integer instructions per second over all SMs at the boost clock (one per integer lane per cycle)."""
     lane_rate = gpu.sms * gpu.boost_clock_hz
     fp32_lanes = gpu.peak_flops_per_s["fp32"] / (2.0 * lane_rate)
-    lanes = fp32_lanes if gpu.architecture in NO_TENSOR_CORES else min(fp32_lanes, INT32_LANES_PER_SM)
+    lanes = fp32_lanes if gpu.architecture in SHARED_INT32_FP32_LANES else min(fp32_lanes, INT32_LANES_PER_SM)
     return lanes * lane_rate
 
 
