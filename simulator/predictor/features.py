@@ -100,6 +100,11 @@ as in PyTorch's vectorised layer norm and apex) over the L1, so that Aceso's 716
 bandwidth on every GPU) fall out of the L1 where its 2560-wide ones fit. One member, seed 1: target cells
 39 -> 34; norm fp32 13.7 -> 15.2 % (NeuSight's held-out A100 7.4 -> 13.0, T4 11.3 -> 13.2); Aceso's norm cells
 moved by -1.4 to +1.7 pp.
+Also not kept (stop 35): the share of a row PyTorch 2.1's block softmax reads with scalar loads (its ILP-wide
+loop covers whole multiples of ILP x ``SoftMax_getBlockSize`` threads: 1/3 of a 3072-wide fp32 row, none of a
+2048- or 4096-wide one; NeuSight's held-out A100 and T4 run 3072-wide rows 20-30 % slower, relative to the
+model, than 2048- and 4096-wide ones). One member, seed 1: target cells 40 -> 39, softmax fp32 19.9 -> 20.5 %
+(P100 29.4 -> 23.6, V100 15.0 -> 13.0, but A100 19.3 -> 23.4, P4 13.1 -> 21.3).
 
 Layout: the weight-gradient GEMM (``tn``, X^T dY) never appears alone in the measured data, only inside
 Aceso's backward timings beside the data-gradient GEMM (``nn`` or ``nt``), so the sum pins down the two
