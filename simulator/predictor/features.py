@@ -105,6 +105,17 @@ loop covers whole multiples of ILP x ``SoftMax_getBlockSize`` threads: 1/3 of a 
 2048- or 4096-wide one; NeuSight's held-out A100 and T4 run 3072-wide rows 20-30 % slower, relative to the
 model, than 2048- and 4096-wide ones). One member, seed 1: target cells 40 -> 39, softmax fp32 19.9 -> 20.5 %
 (P100 29.4 -> 23.6, V100 15.0 -> 13.0, but A100 19.3 -> 23.4, P4 13.1 -> 21.3).
+Also not kept (stop 36): an SM term added to a vector kernel's time, c x elements / (SMs x boost clock), c one
+fitted number of SM cycles per element per op, shared by every GPU (``model`` would add it to the latency).
+Vidur's vLLM RMSNorm reads as its memory time at 0.92 of the bandwidth plus ~0.53 SM cycles per element on
+both the A100 PCIe 80GB and the A40 (0.36 and 0.58 of their bandwidths), and the H200 suite's bf16 softmax
+takes as long as its fp32 one. One member, seed 1: with c started at 0.05 the fits kept it at 0.003-0.15 (the
+per-GPU offsets explained the two Vidur GPUs) and target cells went 40 -> 39 (H200 suite softmax bf16 58.8 ->
+39.7 %, but norm bf16 21.5 -> 30.7 %, elementwise fp32 29.8 -> 35.2 %); started at 0.3, RMSNorm's c came out
+0.26-0.33 and softmax's 0.2-0.4, and 36 cells (Aceso's A100 fp16 norms 14.2 -> 11.0 %, but every H200 suite
+vector cell 1.5-2.5x worse: norm fp32 37.6 -> 64.3 %, elementwise bf16 20.4 -> 43.6 %). The H200, with the most
+DRAM bytes per SM cycle (18.4; training GPUs 4.8-12.7), is not that SM-bound: its own (PyTorch) RMSNorm of
+16384 x 8192 bf16 runs at 0.56 of the bandwidth, which leaves at most 0.17 cycles per element.
 
 Layout: the weight-gradient GEMM (``tn``, X^T dY) never appears alone in the measured data, only inside
 Aceso's backward timings beside the data-gradient GEMM (``nn`` or ``nt``), so the sum pins down the two
