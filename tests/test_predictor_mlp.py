@@ -8,6 +8,7 @@ import pytest
 
 from simulator.hardware import load_gpu
 from simulator.predictor import get_predictor
+from simulator.predictor.features import GEMM_FEATURES, gemm_features
 from simulator.predictor.kernels import Kernel
 from simulator.predictor.mlp import MLPPredictor, weights_available
 
@@ -58,6 +59,25 @@ def test_bigger_kernels_are_not_faster(mlp):
         t = mlp.latency_s([make(s) for s in (512, 1024, 2048, 4096, 8192, 16384)], gpu)
         assert (t[1:] >= 0.9 * t[:-1]).all(), t  # monotone up to 10 % wiggle
         assert t[-1] > 4 * t[0]
+
+
+@pytest.mark.parametrize("gpu_name", ["V100-SXM2-16GB", "RTX-3090", "A100-SXM4-40GB", "H100-SXM5-80GB", "L4"])
+def test_gemms_are_not_slower_than_their_tile_padded_gemms(mlp, gpu_name):
+    """A GEMM that does not fill its tiles is at most the GEMM padded to whole tiles (``mlp``); regression guard
+    (stop 36 of issue 3): the networks alone put a V100 fp32 GEMM with n = 16 at 1.8x the n = 32 one."""
+    gpu = load_gpu(gpu_name)
+    rng = np.random.default_rng(0)
+    for dtype in ("fp32", "bf16" if gpu.supports("bf16") else "fp16"):
+        # aligned shapes (multiples of 8), whose padded GEMMs have the same operand alignment
+        ks = [Kernel("gemm", dtype, (1, *(int(8 * x) for x in rng.integers(1, 1024, 3))), "nt") for _ in range(200)]
+        x, _ = gemm_features(ks, gpu)
+        tiles = np.rint(2.0 ** x[:, [GEMM_FEATURES.index("log2_tile_m"), GEMM_FEATURES.index("log2_tile_n")]])
+        padded = [Kernel("gemm", dtype, (1, int(-(-k.shape[1] // tm) * tm), int(-(-k.shape[2] // tn) * tn), k.shape[3]),
+                         "nt") for k, (tm, tn) in zip(ks, tiles)]
+        t = mlp.latency_s(ks + padded, gpu)
+        assert (t[:200] <= t[200:] * (1 + 1e-6)).all(), dtype  # float32 networks: rounding
+    t16, t32 = mlp.latency_s([Kernel("gemm", "fp32", (1, 4096, n, 4096), "nt") for n in (16, 32)], gpu)
+    assert t16 <= 1.1 * t32
 
 
 @pytest.mark.parametrize("gpu_name", ["H100-SXM5-80GB", "B200", "L4"])

@@ -254,16 +254,19 @@ def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
     return np.clip(ratio, -MAX_LOG2_BALANCE, MAX_LOG2_BALANCE)
 
 
-def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarray | None = None,
+                  shapes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES) + 3], ideal time s [N]) for GEMM kernels of one dtype or several:
     the network's inputs, then the power budget (``power_budget_log2_pj``), the clock floor
-    (``clock_floor_column``) and the clock (``clock_column``)."""
+    (``clock_floor_column``) and the clock (``clock_column``). ``shapes`` and ``align_bytes`` replace the
+    kernels' own shapes and the operands' alignment these give (``padded_gemms``)."""
     n = len(kernels)
-    shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
+    if shapes is None:
+        shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
     tensor = np.array([math_unit(k, gpu) == "tensor" for k in kernels])
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
-    align = alignment_bytes(shapes[:, 1:], elem)
+    align = alignment_bytes(shapes[:, 1:], elem) if align_bytes is None else np.asarray(align_bytes, dtype=float)
     peaks = gemm_peaks(dtypes, align, gpu)
     tiles = np.zeros((n, 4), dtype=np.int64)
     for unit, peak_key in (("simt", False), ("tensor", True)):
@@ -293,6 +296,22 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, 
             mn_major_operands(kernels, align, gpu)] + layout + [
                 power_budget_log2_pj(dtypes, gpu), clock_floor_column(n, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
+
+
+def padded_gemms(kernels: Sequence[Kernel], x: np.ndarray, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, features, ideal time) of the GEMMs among ``kernels`` (features ``x``) that do not fill their
+    chosen tiles, padded to whole tiles with their operands' alignment kept: what the library runs for them,
+    so none is slower than its padded GEMM (``mlp``, ``training``)."""
+    rows = np.flatnonzero(x[:, GEMM_FEATURES.index("padding_efficiency")] < 1.0)
+    if not len(rows):
+        return rows, np.zeros((0, x.shape[1])), np.zeros(0)
+    shapes = np.array([kernels[i].shape for i in rows], dtype=np.int64).reshape(len(rows), 4)
+    for dim, col in ((1, "log2_tile_m"), (2, "log2_tile_n")):
+        tile = np.rint(2.0 ** x[rows, GEMM_FEATURES.index(col)]).astype(np.int64)
+        shapes[:, dim] = -(-shapes[:, dim] // tile) * tile
+    xp, ideal = gemm_features([kernels[i] for i in rows], gpu,
+                              2.0 ** x[rows, GEMM_FEATURES.index("log2_alignment_bytes")], shapes)
+    return rows, xp, ideal
 
 
 #: Budget of a GEMM on tensor cores (log2 pJ per FLOP): far above any cap, i.e. none (``log_power_cap``).
