@@ -8,7 +8,7 @@ import pytest
 
 from simulator.hardware import load_gpu
 from simulator.predictor import get_predictor
-from simulator.predictor.features import GEMM_FEATURES, gemm_features
+from simulator.predictor.features import GEMM_FEATURES, gemm_features, vector_features
 from simulator.predictor.kernels import Kernel
 from simulator.predictor.mlp import MLPPredictor, weights_available
 
@@ -78,6 +78,21 @@ def test_gemms_are_not_slower_than_their_tile_padded_gemms(mlp, gpu_name):
         assert (t[:200] <= t[200:] * (1 + 1e-6)).all(), dtype  # float32 networks: rounding
     t16, t32 = mlp.latency_s([Kernel("gemm", "fp32", (1, 4096, n, 4096), "nt") for n in (16, 32)], gpu)
     assert t16 <= 1.1 * t32
+
+
+@pytest.mark.parametrize("gpu_name", ["P100-PCIE-16GB", "A100-PCIE-80GB", "H200-SXM-141GB", "B200"])
+def test_launch_bound_vector_kernels_are_not_slower_than_larger_ones(mlp, gpu_name):
+    """A vector kernel under 1 us of ideal time is at most the one with its rows grown to 1 us (``mlp``);
+    regression guard (stop 36 of issue 3): the networks alone put an A100-80 fp32 RMSNorm of one 8192-wide row
+    at 16 us, 3.5x the 4.6 us of 32 rows."""
+    gpu = load_gpu(gpu_name)
+    for op in ("rmsnorm", "layernorm", "softmax", "cross_entropy", "add", "exp"):
+        for dtype in ("fp32", "bf16" if gpu.supports("bf16") else "fp16"):
+            ks = [Kernel(op, dtype, (2**i, 8192)) for i in range(13)]
+            t = mlp.latency_s(ks, gpu)
+            _, ideal = vector_features(ks, gpu)
+            first_at_cap = int(np.argmax(ideal >= 1e-6))  # rows grow by powers of two: the bound is this kernel
+            assert first_at_cap > 0 and (t[:first_at_cap] <= t[first_at_cap] * (1 + 1e-6)).all(), (op, dtype, t)
 
 
 @pytest.mark.parametrize("gpu_name", ["H100-SXM5-80GB", "B200", "L4"])

@@ -392,6 +392,18 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     return np.column_stack(cols), t_ideal
 
 
+def grown_vectors(kernels: Sequence[Kernel], ideal_s: np.ndarray) -> tuple[np.ndarray, list[Kernel]]:
+    """(rows, kernels) for the vector kernels whose ideal time is under the size feature's cap
+    (``MAX_LOG2_VECTOR_IDEAL_US``): each with its first dimension (rows, tokens or elements) times the power of
+    two that brings it there. A kernel does a subset of that one's work in independent blocks, so it is not
+    slower (``mlp``)."""
+    cap_s = 1e-6 * 2.0 ** MAX_LOG2_VECTOR_IDEAL_US
+    rows = np.flatnonzero(ideal_s < cap_s)
+    factor = 2 ** np.ceil(np.log2(cap_s / np.maximum(ideal_s[rows], 1e-12))).astype(np.int64)
+    return rows, [Kernel(kernels[i].op, kernels[i].dtype, (kernels[i].shape[0] * int(f),) + tuple(kernels[i].shape[1:]),
+                         kernels[i].layout) for i, f in zip(rows, factor)]
+
+
 def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
     """Last column of both feature matrices (not a network input): ln of the GPU's boost clock in GHz,
     which turns the fitted fixed time in cycles into seconds (``model``)."""
