@@ -301,7 +301,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
 def padded_gemms(kernels: Sequence[Kernel], x: np.ndarray, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, features, ideal time) of the GEMMs among ``kernels`` (features ``x``) that do not fill their
     chosen tiles, padded to whole tiles with their operands' alignment kept: what the library runs for them,
-    so none is slower than its padded GEMM (``mlp``, ``training``)."""
+    so none is slower than its padded GEMM (``mlp``)."""
     rows = np.flatnonzero(x[:, GEMM_FEATURES.index("padding_efficiency")] < 1.0)
     if not len(rows):
         return rows, np.zeros((0, x.shape[1])), np.zeros(0)
