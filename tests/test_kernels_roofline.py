@@ -43,7 +43,8 @@ def test_unknown_op_rejected():
 
 
 @pytest.mark.parametrize("op,shape", [("embedding", (4096, 4096)), ("gemm", (8, 8, 8)),
-                                      ("flash_attn", (1, 2, 16, 16)), ("layernorm", (2, 3, 4))])
+                                      ("flash_attn", (1, 2, 16, 16)), ("layernorm", (2, 3, 4)),
+                                      ("softmax_causal", (4096,)), ("softmax_causal_bwd", (2, 3, 4))])
 def test_shape_of_the_wrong_length_rejected(op, shape):
     """A shape an op cannot count is a ValueError at construction (predict-kernels turns it into a
     one-line error), never an unpacking traceback later."""

@@ -121,7 +121,8 @@ def _causal_softmax(flops_per_element: float, valid_reads: int) -> OpClass:
         return s[0] * (s[1] + 1) / 2.0
 
     return OpClass(family="softmax", flops=lambda s: flops_per_element * valid(s),
-                   bytes=lambda s, e: float(e) * (valid_reads * valid(s) + _prod(s)), inputs=valid_reads)
+                   bytes=lambda s, e: float(e) * (valid_reads * valid(s) + _prod(s)), inputs=valid_reads,
+                   dims=(2,), dims_help=" (rows, cols)")
 
 
 def _flash_flops(s: tuple[int, ...], matmuls: float) -> float:
