@@ -264,7 +264,12 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
     if shapes is None:
         shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
-    tensor = np.array([math_unit(k, gpu) == "tensor" for k in kernels])
+    # per-dtype and per-layout facts looked up once per distinct value (inference speed, as in ``vector_features``)
+    first: dict[str, Kernel] = {}
+    for k in kernels:
+        first.setdefault(k.dtype, k)
+    on_tensor = {d: math_unit(k, gpu) == "tensor" for d, k in first.items()}
+    tensor = np.array([on_tensor[d] for d in dtypes], dtype=bool).reshape(n)
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
     align = alignment_bytes(shapes[:, 1:], elem) if align_bytes is None else np.asarray(align_bytes, dtype=float)
     peaks = gemm_peaks(dtypes, align, gpu)
@@ -286,8 +291,8 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
     t_tiled = np.maximum(waves * resident * 2.0 * tm * tn * k_slice / (peaks / gpu.sms),
                          t_memory + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0))
     padded = np.ceil(m / tm) * tm * np.ceil(nn / tn) * tn
-    layout = [np.array([FEATURE_LAYOUT.get(k_.layout, k_.layout) == x for k_ in kernels], dtype=float)
-              for x in LAYOUTS]
+    layout_of = np.array([FEATURE_LAYOUT.get(k_.layout, k_.layout) for k_ in kernels], dtype=object).reshape(n)
+    layout = [(layout_of == x).astype(float) for x in LAYOUTS]
     cols = [_size(t_ideal), _balance(t_compute, t_memory),
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),

@@ -100,10 +100,12 @@ MMA_SYNC_FMA_PER_SM_CLOCK = {"fp16": 1024, "bf16": 1024, "tf32": 512}
 def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
     """Matrix FLOP/s each GEMM can reach: the dtype's datasheet rate, or, on a TMA architecture with
     operands off the 16-byte grid, the ``mma.sync`` rate of the Ampere kernels the library falls back to."""
-    peaks = np.array([peak_flops(d, "gemm", gpu) for d in dtypes])
+    rate = {d: peak_flops(d, "gemm", gpu) for d in set(dtypes)}
+    peaks = np.array([rate[d] for d in dtypes], dtype=float)
     if gpu.architecture not in TMA_ARCHITECTURES:
         return peaks
-    legacy = np.array([2.0 * MMA_SYNC_FMA_PER_SM_CLOCK.get(d, np.inf) * gpu.sms * gpu.boost_clock_hz for d in dtypes])
+    legacy_rate = {d: 2.0 * MMA_SYNC_FMA_PER_SM_CLOCK.get(d, np.inf) * gpu.sms * gpu.boost_clock_hz for d in rate}
+    legacy = np.array([legacy_rate[d] for d in dtypes], dtype=float)
     return np.where(np.asarray(align_bytes) < MAX_ALIGNMENT_BYTES, np.minimum(peaks, legacy), peaks)
 
 
@@ -141,5 +143,7 @@ def mn_major_operands(kernels: Sequence[Kernel], align_bytes: np.ndarray, gpu: G
     operands where the architecture's instruction reads only K-major ones of its dtype, and the library
     runs that instruction (aligned operands, ``gemm_peaks``); 0 everywhere else."""
     dtypes = K_MAJOR_ONLY_MMA.get(gpu.architecture, ())
-    return np.array([MN_MAJOR_OPERANDS.get(k.layout, 0) if k.dtype in dtypes and a >= MAX_ALIGNMENT_BYTES else 0
-                     for k, a in zip(kernels, align_bytes)], dtype=float)
+    if not dtypes:
+        return np.zeros(len(kernels))
+    transposed = np.array([MN_MAJOR_OPERANDS.get(k.layout, 0) if k.dtype in dtypes else 0 for k in kernels], dtype=float)
+    return np.where(np.asarray(align_bytes) >= MAX_ALIGNMENT_BYTES, transposed, 0.0)
