@@ -22,8 +22,9 @@ alignment up as well gave 42 cells (the A100's misaligned fp32 linear layers run
 the H200's bf16 linear layers 13.8 -> 17.7 %: misaligned operands cost a Hopper its TMA kernels. The same
 bound in training (the minimum of both predictions fitted) met 36 cells: the BMMs of the RTX 3090 got better
 (fp16 20.8 -> 10.3 %, tf32 28.7 -> 16.4 %), the A100's fp32 linear layers (9.1 -> 12.8 %) and the V100's fp32
-BMMs (17.8 -> 23.9 %) worse. A batch of 100,000 random GEMMs and norms, most of whose GEMMs do not fill their
-tiles, runs at about 125,000 kernels/s instead of 190,000.
+BMMs (17.8 -> 23.9 %) worse. The bound costs a third of the throughput: the benchmark's batch of 100,000 random
+GEMMs and norms, most of whose GEMMs do not fill their tiles, runs at 135,000-144,000 kernels/s instead of
+200,000 (medians of 7 runs, one core).
 
 Likewise a vector kernel under 1 us of ideal time is never predicted slower than the same kernel with its
 first dimension (rows, tokens, elements) grown by the power of two that brings it to 1 us
