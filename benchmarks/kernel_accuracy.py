@@ -178,6 +178,10 @@ def evaluate_fold(group, rows, gpus, d, groups, args, log, attention_rows=()):
     return table, {"ours": ev.tile_match(test_rows, gpus), "neusight": neusight_tiles}
 
 
+#: Back-to-back runs of the speed test; the table reports their median.
+SPEED_RUNS = 5
+
+
 def inference_speed(weights: Path | None, n: int = 100_000) -> float:
     from simulator.hardware import load_gpu
 
@@ -187,9 +191,12 @@ def inference_speed(weights: Path | None, n: int = 100_000) -> float:
     kernels += [Kernel("layernorm", "bf16", tuple(int(x) for x in rng.integers(1, 16384, 2))) for _ in range(n // 2)]
     gpu = load_gpu("H100-SXM5-80GB")
     predictor.latency_s(kernels[:1000], gpu)
-    start = time.perf_counter()
-    predictor.latency_s(kernels, gpu)
-    return n / (time.perf_counter() - start)
+    rates = []
+    for _ in range(SPEED_RUNS):  # one run on a shared 2-core machine varies by +-25 %
+        start = time.perf_counter()
+        predictor.latency_s(kernels, gpu)
+        rates.append(n / (time.perf_counter() - start))
+    return float(np.median(rates))
 
 
 def shipped_on_measured(rows, gpus) -> list[dict]:
@@ -270,7 +277,7 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
     met, met_cal = sum(r["meets"] for r in cells), sum(meets(r, "mlp+cal") for r in cells if "mlp+cal" in r)
     out += ["", f"Targets met in {met} of {len(cells)} (GPU, data, class, dtype) cells "
             f"(with the emulated calibration: {met_cal}).",
-            f"Inference speed of the shipped predictor: {speed:,.0f} kernels/s (numpy, batch of 100,000, one process)."]
+            f"Inference speed of the shipped predictor: {speed:,.0f} kernels/s (numpy, batch of 100,000, one process, median of {SPEED_RUNS} runs)."]
     return "\n".join(out) + "\n"
 
 
