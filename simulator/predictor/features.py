@@ -358,19 +358,29 @@ def log_power_cap(budget_log2_pj, log_c_pj, xp, log_floor=None):
     return cap if log_floor is None else xp.maximum(cap, log_floor)
 
 
-def _vector_dims(kernel: Kernel) -> tuple[int, int]:
-    """(rows, cols) of a vector kernel: embeddings are tokens x hidden, flat ops one row."""
-    s = kernel.shape
-    if len(s) == 1:
-        return 1, int(s[0])
-    return int(s[0]), int(s[1])
+def _vector_counts(kernels: Sequence[Kernel]) -> tuple[np.ndarray, ...]:
+    """(rows and cols [N, 2], FLOPs, bytes, element bytes) of vector kernels (embeddings are tokens x hidden,
+    flat ops one row). Each op's formulas run once per (op, dtype, rank) on columns of dimensions: the same
+    arithmetic as ``Kernel.flops`` / ``Kernel.bytes``, without a Python call per kernel."""
+    n = len(kernels)
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    for i, k in enumerate(kernels):
+        groups.setdefault((k.op, k.dtype, len(k.shape)), []).append(i)
+    dims, flops, bytes_, elem = np.empty((n, 2), dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)
+    for (op, dtype, rank), idx in groups.items():
+        shape = tuple(np.array([kernels[i].shape for i in idx], dtype=np.int64).reshape(len(idx), rank).T)
+        dims[idx, 0], dims[idx, 1] = (1, shape[0]) if rank == 1 else (shape[0], shape[1])
+        flops[idx] = OPS[op].flops(shape)
+        bytes_[idx] = OPS[op].bytes(shape, DTYPE_BYTES[dtype])
+        elem[idx] = DTYPE_BYTES[dtype]
+    return dims, flops, bytes_, elem
 
 
 def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(VECTOR_FEATURES) + 1], ideal time s [N]) for non-GEMM, non-attention kernels: the
     network's inputs, then the clock (``clock_column``)."""
     n = len(kernels)
-    dims = np.array([_vector_dims(k) for k in kernels], dtype=np.int64).reshape(n, 2)
+    dims, flops, bytes_, elem = _vector_counts(kernels)
     # per-op facts looked up once per distinct op (inference speed: batches of 10^5 kernels share a few ops)
     op_index: dict[str, int] = {}
     op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64, count=n)
@@ -380,9 +390,6 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     backward = np.array([op.endswith("_bwd") for op in ops], dtype=float)[op_idx]
     transcendental = np.array([OPS[op].cost == "transcendental" for op in ops], dtype=float)[op_idx]
     index_ops = np.array([OPS[op].index_ops_per_element for op in ops], dtype=float)[op_idx]
-    flops = np.array([k.flops for k in kernels], dtype=float)
-    bytes_ = np.array([k.bytes for k in kernels], dtype=float)
-    elem = np.array([DTYPE_BYTES[k.dtype] for k in kernels], dtype=float)
     t_compute = flops / gpu.peak_flops_per_s["fp32"]
     t_memory = bytes_ / gpu.memory_bandwidth_bytes_per_s
     blocks, _ = vector_blocks(dims[:, 0], dims[:, 1], dims[:, 0] * dims[:, 1], rowwise)
