@@ -27,3 +27,9 @@ class InfeasiblePlan(SimulatorError):
 
 class PredictorError(SimulatorError):
     """The kernel predictor cannot answer (missing weights, unsupported dtype on a GPU, ...)."""
+
+
+class KernelTooLarge(SimulatorError, ValueError):
+    """A kernel shape with more elements than any GPU holds (and than the predictors' int64 arithmetic counts):
+    a user's size, e.g. a sequence length of 10^20, that reached a kernel. A ``ValueError`` like the other bad
+    shapes (``predict-kernels`` names the row), a ``SimulatorError`` so that ``simulate`` prints one line."""

@@ -42,6 +42,7 @@ def test_trace_file_is_chrome_format(tmp_path, capsys):
     (["--dp", "4", "--global-batch", "6"], "global batch 6 is not a multiple"),
     (["--dp", "4", "--json", "/nonexistent/dir/x.json"], "cannot write"),
     (["--dp", "4", "--bogus"], "unrecognized arguments"),
+    (["--dp", "4", "--seq-len", str(10**20)], "more than any GPU holds"),
 ])
 def test_bad_input_one_line_exit_2(args, needle, capsys):
     assert main(BASE + args) == 2

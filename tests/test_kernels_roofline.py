@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from simulator.errors import PredictorError
+from simulator.errors import KernelTooLarge, PredictorError, SimulatorError
 from simulator.hardware import load_gpu
 from simulator.predictor import OPS, Kernel, MemoisedPredictor, RooflinePredictor
 from simulator.predictor.kernels import gemm
@@ -50,6 +50,18 @@ def test_shape_of_the_wrong_length_rejected(op, shape):
     one-line error), never an unpacking traceback later."""
     with pytest.raises(ValueError, match="dimensions"):
         Kernel(op, "fp16", shape)
+
+
+@pytest.mark.parametrize("op,shape", [("layernorm", (10**20, 4096)), ("gemm", (1, 2**31, 2**31, 2**31)),
+                                      ("adam", (2**63,))])
+def test_shape_beyond_any_gpu_rejected(op, shape):
+    """A kernel moving 2^62 elements or more is a user's size gone wrong (the predictors count shapes in int64,
+    and wrapped silently or raised OverflowError): a ValueError for predict-kernels, one line for simulate."""
+    with pytest.raises(KernelTooLarge, match="more than any GPU holds") as err:
+        Kernel(op, "fp16", shape)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, SimulatorError)
+    Kernel("adam", "fp32", (7 * 10**10,))  # a 70B model's unsharded optimizer step is large, not absurd
+    Kernel("flash_attn", "bf16", (64, 128, 2**20, 2**20, 128, 1))
 
 
 def test_optimizer_counts_every_element_of_its_shape():

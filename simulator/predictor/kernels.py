@@ -21,7 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import KernelTooLarge
 from ..units import DTYPE_BYTES  # not specs: kernels must import without pydantic (collect)
+
+#: Elements a kernel may read and write (``bytes`` at one byte per element): the predictors count its dimensions
+#: and their products in int64.
+MAX_ELEMENTS = 2**62
+#: Shapes whose dimensions are all below this cannot reach ``MAX_ELEMENTS`` in any product the predictors take
+#: in int64 (a GEMM's b x (mk + kn + mn) < 3 x 2^60), so they skip the count.
+SMALL_DIM = 2**20
 
 #: Op families: the predictor keeps one model per family.
 FAMILIES = ("gemm", "attention", "elementwise", "softmax", "norm", "memory", "optimizer")
@@ -43,6 +51,12 @@ class Kernel:
         if len(self.shape) not in dims:
             raise ValueError(f"{self.op} takes a shape of {' or '.join(map(str, dims))} dimensions"
                              f"{OPS[self.op].dims_help}, got {tuple(self.shape)}")
+        if max(self.shape, default=0) < SMALL_DIM:  # the common case (``SMALL_DIM``)
+            return
+        elements = OPS[self.op].bytes(tuple(self.shape), 1)  # elements read and written
+        if elements >= MAX_ELEMENTS:
+            raise KernelTooLarge(f"{self.op} of shape {tuple(self.shape)} moves {elements:.3g} elements, more than "
+                                 f"any GPU holds (limit 2^62)")
 
     @property
     def family(self) -> str:
