@@ -4,6 +4,10 @@ from __future__ import annotations
 from ..errors import InfeasiblePlan
 from ..specs import ClusterSpec, PlanSpec, WorkloadSpec
 
+#: Micro-batches per step the engine will run, one by one (10,000 take ~2 s at pp=1; realistic steps have
+#: at most a few thousand). A global batch of 10^20 sequences otherwise ran until killed.
+MAX_MICRO_BATCHES = 1_000_000
+
 
 def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[str]:
     reasons = []
@@ -24,6 +28,10 @@ def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[
         reasons.append(
             f"global batch {plan.global_batch_size} is not a multiple of dp*micro-batch = "
             f"{plan.dp}*{plan.micro_batch_size} = {per_step}")
+    elif plan.num_micro_batches > MAX_MICRO_BATCHES:
+        reasons.append(
+            f"global batch {plan.global_batch_size} makes {plan.num_micro_batches:,} micro-batches per step "
+            f"(dp*micro-batch = {per_step}); the simulator runs each one and takes at most {MAX_MICRO_BATCHES:,}")
     if not cluster.gpu.supports(plan.dtype):
         reasons.append(f"{cluster.gpu.name} has no {plan.dtype} support (it has {', '.join(cluster.gpu.peak_flops_per_s)})")
     return reasons
