@@ -20,7 +20,12 @@ DEFAULT_L1_KIB = {"pascal": 24, "volta": 128, "turing": 96, "ampere": 128, "ada"
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf / nan are no sizes, rates or times (an infinite latency deadlocked the engine)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+#: A hop slower than this is no interconnect (1e308 us passed validation and deadlocked the engine).
+MAX_HOP_LATENCY_S = 1.0
 
 
 class GpuSpec(Spec):
@@ -87,7 +92,7 @@ class IntraNodeSpec(Spec):
 
     kind: IntraKind
     bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # default: the GPU's NVLink or PCIe rate
-    latency_s: float = Field(1.0e-6, ge=0)
+    latency_s: float = Field(1.0e-6, ge=0, le=MAX_HOP_LATENCY_S)
     efficiency: Optional[float] = Field(None, gt=0, le=1)
     pcie_bandwidth_bytes_per_s: Optional[PositiveFloat] = None  # GPU <-> host/NIC link; default from pcie_generation
     #: NVLink links joining two GPUs (mesh, pairs); default: the GPU's links split evenly over its peers
@@ -111,7 +116,7 @@ class InterNodeSpec(Spec):
     topology: InterTopology = "rail_optimized"
     oversubscription: float = Field(1.0, ge=1.0)  # leaf downlink : uplink bandwidth
     nodes_per_leaf: PositiveInt = 32  # fat_tree only: nodes under one leaf switch
-    latency_s: float = Field(5.0e-6, ge=0)
+    latency_s: float = Field(5.0e-6, ge=0, le=MAX_HOP_LATENCY_S)
     efficiency: float = Field(0.94, gt=0, le=1)
     transport: Transport = "rdma"
 
@@ -242,6 +247,10 @@ def parse_spec(cls: type[Spec], raw: object, source: str, prefix: str = "") -> S
         if isinstance(value, dict):
             value = "{...}"
         problem = err["msg"]
+        bound = [(word, err["ctx"][key]) for key, word in (("le", "at most"), ("lt", "below"), ("ge", "at least"),
+                                                           ("gt", "above")) if key in err.get("ctx", {})]
+        if bound and factor != 1.0:  # the bound in the user's unit too
+            problem = f"must be {bound[0][0]} {bound[0][1] / factor:g}"
         if err["type"] == "extra_forbidden":
             problem = "unknown field"
         elif err["type"] == "missing":

@@ -1,7 +1,9 @@
+import re
+
 import pytest
 
 from simulator.errors import ConfigError
-from simulator.specs import GpuSpec, PlanSpec, WorkloadSpec, parse_spec
+from simulator.specs import GpuSpec, IntraNodeSpec, PlanSpec, WorkloadSpec, parse_spec
 from simulator.units import si_key, to_si
 
 
@@ -36,6 +38,17 @@ def test_gpu_l1_defaults_to_the_architectures_and_is_validated():
     with pytest.raises(ConfigError) as exc:
         parse_spec(GpuSpec, dict(raw, l1_KiB=0), "f.yaml")
     assert exc.value.field == "l1_KiB"
+
+
+@pytest.mark.parametrize("latency_us,problem", [(float("inf"), "finite number"), (2e6, "must be at most 1e+06"),
+                                                (-1, "must be at least 0")])
+def test_link_latency_is_finite_and_bounded_in_the_users_unit(latency_us, problem):
+    """An infinite or absurd hop latency deadlocked the engine (a traceback); the bound reads in microseconds."""
+    raw = {"kind": "nvswitch", "latency_us": latency_us}
+    with pytest.raises(ConfigError, match=re.escape(problem)) as exc:
+        parse_spec(IntraNodeSpec, raw, "c.yaml", "intra_node.")
+    assert exc.value.field == "intra_node.latency_us"
+    assert parse_spec(IntraNodeSpec, dict(raw, latency_us=1e6), "c.yaml").latency_s == 1.0
 
 
 def test_parse_spec_rejects_unknown_fields():
