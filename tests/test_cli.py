@@ -44,6 +44,7 @@ def test_trace_file_is_chrome_format(tmp_path, capsys):
     (["--dp", "4", "--bogus"], "unrecognized arguments"),
     (["--dp", "4", "--seq-len", str(10**20)], "more than any GPU holds"),
     (["--dp", "4", "--global-batch", str(4 * 10**20)], "the simulator runs each one and takes at most 100,000"),
+    (["--dp", "4", "--global-batch", str(4 * 50_000)], "36 layers per stage x 50,000 micro-batches"),
 ])
 def test_bad_input_one_line_exit_2(args, needle, capsys):
     assert main(BASE + args) == 2

@@ -7,6 +7,9 @@ from ..specs import ClusterSpec, PlanSpec, WorkloadSpec
 #: Micro-batches per step the engine will run, one by one (GPT-3 175B on 1,024 H100s: ~75 ms each; realistic
 #: steps have at most a few thousand). A global batch of 10^20 sequences otherwise ran until killed.
 MAX_MICRO_BATCHES = 100_000
+#: Layer passes (layers per stage x micro-batches) per step, likewise: 10^9 layers ran until killed, while a
+#: 1,000-layer model (DeepNet) at 1,000 micro-batches is 10^6 (GPT-3 175B at tp8 pp8, 96 micro-batches: 1,152).
+MAX_LAYER_PASSES = 1_000_000
 
 
 def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[str]:
@@ -32,6 +35,11 @@ def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[
         reasons.append(
             f"global batch {plan.global_batch_size} makes {plan.num_micro_batches:,} micro-batches per step "
             f"(dp*micro-batch = {per_step}); the simulator runs each one and takes at most {MAX_MICRO_BATCHES:,}")
+    elif not model.layers % plan.pp and model.layers // plan.pp * plan.num_micro_batches > MAX_LAYER_PASSES:
+        reasons.append(
+            f"{model.layers // plan.pp:,} layers per stage x {plan.num_micro_batches:,} micro-batches = "
+            f"{model.layers // plan.pp * plan.num_micro_batches:,} layer passes per stage; the simulator runs each "
+            f"one and takes at most {MAX_LAYER_PASSES:,}")
     if not cluster.gpu.supports(plan.dtype):
         reasons.append(f"{cluster.gpu.name} has no {plan.dtype} support (it has {', '.join(cluster.gpu.peak_flops_per_s)})")
     return reasons
