@@ -255,4 +255,7 @@ def parse_spec(cls: type[Spec], raw: object, source: str, prefix: str = "") -> S
             problem = "unknown field"
         elif err["type"] == "missing":
             problem, value = "required field is missing", None
+        if not err["loc"]:  # a check across fields (model validator): no one field or value to name
+            problem = problem.removeprefix("Value error, ")
+            field, value, problem = "", None, f"{prefix.rstrip('.')}: {problem}" if prefix else problem
         raise ConfigError(source, field, value, problem) from None

@@ -51,6 +51,15 @@ def test_link_latency_is_finite_and_bounded_in_the_users_unit(latency_us, proble
     assert parse_spec(IntraNodeSpec, dict(raw, latency_us=1e6), "c.yaml").latency_s == 1.0
 
 
+def test_a_check_across_fields_reads_as_one_plain_line():
+    """A model validator's error has no field: it read 'gpu. = '{...}': Value error, boost clock below base clock'."""
+    raw = dict(name="g", architecture="ampere", sms=1, base_clock_MHz=2, boost_clock_MHz=1, tdp_W=1,
+               memory_GiB=1, memory_bandwidth_GBps=5, l2_MiB=1, peak_TFLOPS={"fp32": 1})
+    with pytest.raises(ConfigError) as exc:
+        parse_spec(GpuSpec, raw, "c.yaml", "gpu.")
+    assert str(exc.value) == "c.yaml: gpu: boost clock below base clock"
+
+
 def test_parse_spec_rejects_unknown_fields():
     with pytest.raises(ConfigError, match="unknown field"):
         parse_spec(PlanSpec, {"dp": 1, "bogus": 2}, "plan")
