@@ -35,7 +35,11 @@ Over the catalog GPUs, their dtypes and 36 vector ops at 1-32,768 rows of 1,024 
 more than 10 % when doubling the rows went 958 -> 494 (the rest above 1 us of ideal time, where waves and
 fill change; the worst 0.66x). One member, seed 1, inference only: target cells 41 -> 41, every class mean
 unchanged to 0.1 pp, the A100-80's Vidur fp16 norms 31.2 -> 31.7 % (the measured data has few such small
-kernels); speed within the benchmark's noise.
+kernels); speed within the benchmark's noise. Not kept (stop 36): the same minimum over a ladder of doublings
+up to 1 us *and* a full wave (the remaining drops sit inside one wave, e.g. fp32 exp over 16 -> 32 rows of 8192
+on the A100, 256 -> 512 of 1,728 CTA slots). Drops 494 -> 0, one member 41 -> 41 cells with no cell moving
+by 0.2 pp, but the benchmark batch grew by 28 % grown kernels (built as ``Kernel`` objects) and ran 12-25 %
+slower, single medians of 5 down to 92,000 kernels/s: building the grown rows as arrays would be needed first.
 
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
