@@ -35,10 +35,11 @@ def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[
         reasons.append(
             f"global batch {plan.global_batch_size} makes {plan.num_micro_batches:,} micro-batches per step "
             f"(dp*micro-batch = {per_step}); the simulator runs each one and takes at most {MAX_MICRO_BATCHES:,}")
-    elif not model.layers % plan.pp and model.layers // plan.pp * plan.num_micro_batches > MAX_LAYER_PASSES:
+    elif not model.layers % plan.pp and (model.layers // plan.pp) * plan.num_micro_batches > MAX_LAYER_PASSES:
+        per_stage = model.layers // plan.pp
         reasons.append(
-            f"{model.layers // plan.pp:,} layers per stage x {plan.num_micro_batches:,} micro-batches = "
-            f"{model.layers // plan.pp * plan.num_micro_batches:,} layer passes per stage; the simulator runs each "
+            f"{per_stage:,} layers per stage x {plan.num_micro_batches:,} micro-batches = "
+            f"{per_stage * plan.num_micro_batches:,} layer passes per stage; the simulator runs each "
             f"one and takes at most {MAX_LAYER_PASSES:,}")
     if not cluster.gpu.supports(plan.dtype):
         reasons.append(f"{cluster.gpu.name} has no {plan.dtype} support (it has {', '.join(cluster.gpu.peak_flops_per_s)})")

@@ -265,10 +265,7 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
         shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
     dtypes = [k.dtype for k in kernels]
     # per-dtype and per-layout facts looked up once per distinct value (inference speed, as in ``vector_features``)
-    first: dict[str, Kernel] = {}
-    for k in kernels:
-        first.setdefault(k.dtype, k)
-    on_tensor = {d: math_unit(k, gpu) == "tensor" for d, k in first.items()}
+    on_tensor = {d: math_unit(k, gpu) == "tensor" for d, k in {k.dtype: k for k in kernels}.items()}
     tensor = np.array([on_tensor[d] for d in dtypes], dtype=bool).reshape(n)
     elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
     align = alignment_bytes(shapes[:, 1:], elem) if align_bytes is None else np.asarray(align_bytes, dtype=float)
