@@ -309,6 +309,9 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
   chain: 80 GB/s bus bandwidth = 1.5 x the 53-55 GB/s its rings reach over the same X-bus hop).
 - NCCL's tuner rates multi-node trees at the ring channels' speed (x 0.5 algorithm ratio), so large
   messages run rings even where a 2-node tree would be faster (nccl#1576).
+- Send/recv: LL up to 16 KiB, Simple above (NCCL_P2P_LL_THRESHOLD); inside a node each protocol adds tuning.cc's
+  per-hop latency of its link class (NVLink: LL 0.6, Simple 3.4 us), and a Simple send through an NVSwitch one
+  switch step (the 3 us above).
 - NVLS reduction efficiency: 0.85 Hopper (NCCL), 0.80 Blackwell (HGX B200 measurements).
 - GPUs without peer-to-peer share a host-staging budget of 0.66 x PCIe line rate for sends and receives
   together (Aceso's RTX 2080 / Titan RTX point-to-point 10.4 GB/s, rings 4-5 GB/s).

@@ -238,4 +238,19 @@ def test_send_recv_is_the_route_bottleneck():
     topo = build_topology(make_cluster(4, kind="nvlink_mesh"))
     est = estimate(topo, "send_recv", (1, 3), 1e9)
     cap = topo.graph.edges["gpu1", "gpu3"]["capacity_bytes_per_s"]
-    assert est.time_s == pytest.approx(1e-6 + 1e9 / cap)
+    assert est.time_s == pytest.approx(1e-6 + tuning.hop_latency_us("nvlink", "Simple") * 1e-6 + 1e9 / cap)
+
+
+def test_small_sends_run_ll_and_a_simple_send_through_an_nvswitch_pays_a_switch_step():
+    topo = topo_of("dgx-a100")  # Vidur's DGX A100 sends: 10 us at 10 KiB, 13 us at 18 KiB (harness included)
+    small, large = (estimate(topo, "send_recv", (0, 7), s) for s in (16384, 16385))
+    assert (small.protocol, large.protocol) == ("LL", "Simple")
+    step_us = tuning.hop_latency_us("nvlink", "Simple") - tuning.hop_latency_us("nvlink", "LL")
+    assert large.time_s - small.time_s == pytest.approx((step_us + tuning.NVSWITCH_SIMPLE_STEP_US) * 1e-6, rel=0.05)
+    bridged = topo_of("a100-pcie-nvlink-pairs")  # a direct NVLink bridge: no switch step
+    assert (estimate(bridged, "send_recv", (0, 1), 16385).time_s - estimate(bridged, "send_recv", (0, 1), 16384).time_s
+            == pytest.approx(step_us * 1e-6, rel=0.05))
+    # LL moves 8-byte stores with 4 bytes of data: the flow model carries twice the payload
+    plan = lower_collective(topo, "send_recv", (0, 7), 16384)
+    assert sum(f.size_bytes for f in plan.flows) == pytest.approx(2 * 16384)
+    assert estimate(topo, "send_recv", (0, 7), 1024, protocol="Simple").protocol == "Simple"

@@ -69,7 +69,10 @@ def test_one_micro_batch_pipeline_is_serial_sum():
     for t in sends:
         edges = route(topo, *t.groups[0])
         cap = min(topo.graph.edges[e]["capacity_bytes_per_s"] for e in edges)
-        send_time[t.groups[0]] = route_latency_s(topo, edges) + t.size_bytes / cap
+        proto = "LL" if t.size_bytes <= 16384 else "Simple"  # NCCL_P2P_LL_THRESHOLD; LL carries 4 B per 8 B store
+        rate = min(cap / 2, tuning.ll_max_busbw(cluster.gpu.architecture, 1)) if proto == "LL" else cap
+        latency_s = route_latency_s(topo, edges) + tuning.hop_latency_us("nvlink", proto) * 1e-6
+        send_time[t.groups[0]] = latency_s + t.size_bytes / rate
     ranks = list(prog.ranks)
     fwd_end = sum(compute[r]["forward"] for r in ranks) + sum(send_time[(a, b)] for a, b in zip(ranks, ranks[1:]))
     b_end, ends = fwd_end, []

@@ -259,16 +259,34 @@ def hierarchical(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     return [Candidate("hierarchical", "Simple", (rs, Phase(inter, lat_inter, inter.algbw_bytes_per_s), rs))]
 
 
+def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    """LL and Simple, chosen by size as NCCL does (``estimate``), not by its tuner. Latency: the route's hops plus,
+    inside a node, the protocol's per-hop latency from tuning.cc's table for the link class (NVLink: LL 0.6 us,
+    Simple 3.4 us; Vidur's A100 sends step up by 3 us at 16 KiB on both its NVSwitch and its bridged box), and
+    a Simple send through an NVSwitch pays one switch step (``tuning.NVSWITCH_SIMPLE_STEP_US``, as a ring's step
+    does; Vidur's NVSwitch sends take 4-7 us longer than its bridged pair's). Vidur's sends below 1 MiB, MAPE:
+    NVSwitch 32.9 -> 19.3 %, bridged pair 15.8 -> 11.8 %. Sends across nodes keep the route's latency: adding
+    tuning.cc's network hop (14 us for Simple) made Vidur's 2-node DGX A100 below 1 MiB 19.1 -> 30.3 %."""
+    graph = graph_for(topo, "p2p", group)
+    nodes, _, intra = _shape(topo, group, graph)
+    lat = route_latency_s(topo, route(topo, group[0], group[1]))
+    si = _scales(topo)[0] * 1e-6 if nodes == 1 else 0.0
+    switch = tuning.NVSWITCH_SIMPLE_STEP_US * si if _crosses_nvswitch(graph) else 0.0
+    ll = min(graph.algbw_bytes_per_s * tuning.WIRE_EFFICIENCY["LL"], tuning.ll_max_busbw(topo.cluster.gpu.architecture,
+                                                                                          nodes))
+    return [Candidate("p2p", "LL", (Phase(graph, lat + tuning.hop_latency_us(intra, "LL") * si, ll,
+                                          tuning.WIRE_EFFICIENCY["LL"]),)),
+            Candidate("p2p", "Simple", (Phase(graph, lat + tuning.hop_latency_us(intra, "Simple") * si + switch,
+                                              graph.algbw_bytes_per_s),))]
+
+
 def _p2p(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
-    n = len(group)
-    si, _ = _scales(topo)
     if collective == "send_recv":
-        graph = graph_for(topo, "p2p", group)
-        lat = route_latency_s(topo, route(topo, group[0], group[1]))
-    else:
-        graph = graph_for(topo, "all_to_all", group, 1.0 / n)
-        hop = max(route_latency_s(topo, route(topo, a, b)) for a in group for b in group if a != b)
-        lat = tuning.BASE_LATENCY_US["ring"]["Simple"] * si * 1e-6 + hop
+        return _send_recv(topo, group)
+    n = len(group)
+    graph = graph_for(topo, "all_to_all", group, 1.0 / n)
+    hop = max(route_latency_s(topo, route(topo, a, b)) for a in group for b in group if a != b)
+    lat = tuning.BASE_LATENCY_US["ring"]["Simple"] * _scales(topo)[0] * 1e-6 + hop
     return [Candidate("p2p", "Simple", (Phase(graph, lat, graph.algbw_bytes_per_s),))]
 
 
@@ -309,5 +327,7 @@ def estimate(topo: Topology, collective: str, group: tuple[int, ...], size_bytes
     if not pool:
         raise ValueError(f"{algorithm or 'any algorithm'}/{protocol or 'any protocol'} is not available for "
                          f"{collective} on {len(group)} ranks of {topo.cluster.name}")
+    if collective == "send_recv" and protocol is None:
+        pool = [c for c in pool if c.protocol == tuning.p2p_protocol(size_bytes)]
     best = min(pool, key=lambda c: c.tuner_time_s(size_bytes))
     return Estimate(collective, group, size_bytes, best, best.time_s(size_bytes))

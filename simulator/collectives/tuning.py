@@ -24,6 +24,8 @@ HOP_LATENCY_US = {
     "pcie": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}},
     "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}},
 }
+#: send/recv of at most this many bytes run LL, larger ones Simple (NCCL_P2P_LL_THRESHOLD, enqueue.cc)
+P2P_LL_THRESHOLD_BYTES = 16384
 #: network proxy "post" overhead per step (us), x3 for Simple (NCCL_NET_OVERHEAD, Intel CPU default)
 NET_OVERHEAD_US = 1.0
 
@@ -94,6 +96,15 @@ def ll128_allowed(architecture: str, intra_kind: str, nodes: int) -> bool:
     if intra_kind != "nvlink" or architecture == "pascal":
         return False
     return nodes == 1 or architecture in ("hopper", "blackwell")
+
+
+def p2p_protocol(size_bytes: float) -> str:
+    return "LL" if size_bytes <= P2P_LL_THRESHOLD_BYTES else "Simple"
+
+
+def hop_latency_us(kind: str, protocol: str) -> float:
+    """tuning.cc's per-hop latency of a ring step over a ``kind`` link ("nvlink" | "pcie" | "net")."""
+    return _hop(kind, "ring", protocol)
 
 
 def _hop(kind: str, algorithm: str, protocol: str) -> float:
