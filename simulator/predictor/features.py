@@ -167,6 +167,7 @@ same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -355,33 +356,67 @@ def log_power_cap(budget_log2_pj, log_c_pj, xp, log_floor=None):
     return cap if log_floor is None else xp.maximum(cap, log_floor)
 
 
-def _vector_counts(kernels: Sequence[Kernel]) -> tuple[np.ndarray, ...]:
-    """(rows and cols [N, 2], FLOPs, bytes, element bytes) of vector kernels (embeddings are tokens x hidden,
-    flat ops one row). Each op's formulas run once per (op, dtype, rank) on columns of dimensions: the same
-    arithmetic as ``Kernel.flops`` / ``Kernel.bytes``, without a Python call per kernel."""
-    n = len(kernels)
-    groups: dict[tuple[str, str, int], list[int]] = {}
-    for i, k in enumerate(kernels):
-        groups.setdefault((k.op, k.dtype, len(k.shape)), []).append(i)
-    dims, flops, bytes_, elem = np.empty((n, 2), dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)
-    for (op, dtype, rank), idx in groups.items():
-        shape = tuple(np.array([kernels[i].shape for i in idx], dtype=np.int64).reshape(len(idx), rank).T)
-        dims[idx, 0], dims[idx, 1] = (1, shape[0]) if rank == 1 else (shape[0], shape[1])
-        flops[idx] = OPS[op].flops(shape)
-        bytes_[idx] = OPS[op].bytes(shape, DTYPE_BYTES[dtype])
-        elem[idx] = DTYPE_BYTES[dtype]
-    return dims, flops, bytes_, elem
+@dataclass(frozen=True)
+class VectorBatch:
+    """Vector kernels as columns, gathered in one pass over the ``Kernel`` objects: per (op, dtype, rank) group
+    the members' positions and shapes [members, rank], and per kernel its op's index in ``ops``.
+    ``grown`` derives other kernels from these without building them (``grown_vectors``)."""
+
+    groups: tuple[tuple[str, str, np.ndarray, np.ndarray], ...]  # (op, dtype, positions, shapes)
+    op_idx: np.ndarray
+    ops: tuple[str, ...]
+
+    @staticmethod
+    def of(kernels: Sequence[Kernel]) -> "VectorBatch":
+        members: dict[tuple[str, str, int], list[int]] = {}
+        for i, k in enumerate(kernels):
+            members.setdefault((k.op, k.dtype, len(k.shape)), []).append(i)
+        groups = tuple((op, dtype, np.array(idx, dtype=np.int64),
+                        np.array([kernels[i].shape for i in idx], dtype=np.int64).reshape(len(idx), rank))
+                       for (op, dtype, rank), idx in members.items())
+        # per-op facts are looked up once per distinct op (batches of 10^5 kernels share a few ops)
+        op_index: dict[str, int] = {}
+        op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64,
+                             count=len(kernels))
+        return VectorBatch(groups, op_idx, tuple(op_index))
+
+    def grown(self, rows: np.ndarray, shift: np.ndarray) -> "VectorBatch":
+        """Kernels ``rows`` (positions, repeats allowed) with their first dimension times ``2 ** shift``."""
+        member = np.empty(len(self.op_idx), dtype=np.int64)
+        for g, (_, _, idx, _) in enumerate(self.groups):
+            member[idx] = g
+        order = np.argsort(member[rows], kind="stable")
+        bounds = np.searchsorted(member[rows][order], np.arange(len(self.groups) + 1))
+        groups = []
+        for g, (op, dtype, idx, shape) in enumerate(self.groups):
+            out = order[bounds[g]:bounds[g + 1]]
+            grown = shape[np.searchsorted(idx, rows[out])]
+            grown[:, 0] <<= shift[out]
+            groups.append((op, dtype, out, grown))
+        return VectorBatch(tuple(groups), self.op_idx[rows], self.ops)
+
+    def counts(self) -> tuple[np.ndarray, ...]:
+        """(rows and cols [N, 2], FLOPs, bytes, element bytes); embeddings are tokens x hidden, flat ops one row.
+        Each op's formulas run once per group on columns of dimensions: the same arithmetic as ``Kernel.flops``
+        / ``Kernel.bytes``, without a Python call per kernel."""
+        n = len(self.op_idx)
+        dims, flops, bytes_, elem = np.empty((n, 2), dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)
+        for op, dtype, idx, shape in self.groups:
+            cols = tuple(shape.T)
+            dims[idx, 0], dims[idx, 1] = (1, cols[0]) if shape.shape[1] == 1 else (cols[0], cols[1])
+            flops[idx] = OPS[op].flops(cols)
+            bytes_[idx] = OPS[op].bytes(cols, DTYPE_BYTES[dtype])
+            elem[idx] = DTYPE_BYTES[dtype]
+        return dims, flops, bytes_, elem
 
 
-def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
+def vector_features(kernels: Sequence[Kernel] | VectorBatch, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(VECTOR_FEATURES) + 1], ideal time s [N]) for non-GEMM, non-attention kernels: the
     network's inputs, then the clock (``clock_column``)."""
-    n = len(kernels)
-    dims, flops, bytes_, elem = _vector_counts(kernels)
-    # per-op facts looked up once per distinct op (inference speed: batches of 10^5 kernels share a few ops)
-    op_index: dict[str, int] = {}
-    op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64, count=n)
-    ops = list(op_index)
+    batch = kernels if isinstance(kernels, VectorBatch) else VectorBatch.of(kernels)
+    n = len(batch.op_idx)
+    dims, flops, bytes_, elem = batch.counts()
+    op_idx, ops = batch.op_idx, batch.ops
     kind_of = np.array([VECTOR_KINDS.index(vector_kind(op)) for op in ops], dtype=np.int64)[op_idx]
     rowwise = np.isin(kind_of, [VECTOR_KINDS.index("softmax"), VECTOR_KINDS.index("norm")])
     backward = np.array([op.endswith("_bwd") for op in ops], dtype=float)[op_idx]
@@ -401,16 +436,26 @@ def vector_features(kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray
     return np.column_stack(cols), t_ideal
 
 
-def grown_vectors(kernels: Sequence[Kernel], ideal_s: np.ndarray) -> tuple[np.ndarray, list[Kernel]]:
-    """(rows, kernels) for the vector kernels whose ideal time is under the size feature's cap
-    (``MAX_LOG2_VECTOR_IDEAL_US``): each with its first dimension (rows, tokens or elements) times the power of
-    two that brings it there. A kernel does a subset of that one's work in independent blocks, so it is not
-    slower (``mlp``)."""
+#: Most doublings ``grown_vectors`` takes per kernel (a one-CTA kernel fills a B200's 148 x 16 slots in 12).
+MAX_GROWTH_STEPS = 16
+
+
+def grown_vectors(x: np.ndarray, ideal_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, shift): for each vector kernel (features ``x``) that is launch-bound (ideal time under the size
+    feature's cap, ``MAX_LOG2_VECTOR_IDEAL_US``) or leaves part of its one wave idle, the same kernel with its
+    first dimension (rows, tokens or elements) times 2, 4, ... until it reaches the cap and fills a wave; a row
+    per grown kernel (``rows`` repeats the kernel's index, ``shift`` is log2 of the factor). A kernel does a
+    subset of each one's work in independent blocks, so it is not slower than any of them (``mlp``)."""
     cap_s = 1e-6 * 2.0 ** MAX_LOG2_VECTOR_IDEAL_US
-    rows = np.flatnonzero(ideal_s < cap_s)
-    factor = 2 ** np.ceil(np.log2(cap_s / np.maximum(ideal_s[rows], 1e-12))).astype(np.int64)
-    return rows, [Kernel(kernels[i].op, kernels[i].dtype, (kernels[i].shape[0] * int(f),) + tuple(kernels[i].shape[1:]),
-                         kernels[i].layout) for i, f in zip(rows, factor)]
+    one_wave = x[:, VECTOR_FEATURES.index("log2_waves")] <= 0.0
+    fill = x[:, VECTOR_FEATURES.index("slot_fill")]
+    to_cap = np.ceil(np.log2(cap_s / np.maximum(ideal_s, 1e-12)))
+    to_wave = np.where(one_wave, np.ceil(np.log2(1.0 / np.maximum(fill, 1e-12))), 0.0)
+    steps = np.clip(np.maximum(to_cap, to_wave), 0, MAX_GROWTH_STEPS).astype(np.int64)
+    rows = np.repeat(np.arange(len(steps)), steps)
+    # shift 1..steps[i] for each kernel's run of rows
+    shift = np.arange(len(rows)) - np.repeat(np.cumsum(steps) - steps, steps) + 1
+    return rows, shift
 
 
 def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
@@ -420,4 +465,4 @@ def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
 
 
 __all__ = ["log_power_cap", "power_budget_log2_pj", "clock_floor_column", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind",
-           "threads_per_sm"]
+           "threads_per_sm", "VectorBatch", "grown_vectors", "padded_gemms"]

@@ -26,20 +26,19 @@ BMMs (17.8 -> 23.9 %) worse. The bound costs a third of the throughput: the benc
 GEMMs and norms, most of whose GEMMs do not fill their tiles, runs at 135,000-144,000 kernels/s instead of
 200,000 (medians of 7 runs, one core).
 
-Likewise a vector kernel under 1 us of ideal time is never predicted slower than the same kernel with its
-first dimension (rows, tokens, elements) grown by the power of two that brings it to 1 us
-(``features.grown_vectors``): it runs a subset of that kernel's independent blocks. Below 1 us the size
-feature is the only thing telling a launch-bound kernel from a larger one, and the networks had turned it
-upside down for some GPUs: an A100-80 fp32 RMSNorm of one 8192-wide row at 16.1 us, of 32 rows at 4.6 us.
-Over the catalog GPUs, their dtypes and 36 vector ops at 1-32,768 rows of 1,024 and 8,192 columns, drops of
-more than 10 % when doubling the rows went 958 -> 494 (the rest above 1 us of ideal time, where waves and
-fill change; the worst 0.66x). One member, seed 1, inference only: target cells 41 -> 41, every class mean
-unchanged to 0.1 pp, the A100-80's Vidur fp16 norms 31.2 -> 31.7 % (the measured data has few such small
-kernels); speed within the benchmark's noise. Not kept (stop 36): the same minimum over a ladder of doublings
-up to 1 us *and* a full wave (the remaining drops sit inside one wave, e.g. fp32 exp over 16 -> 32 rows of 8192
-on the A100, 256 -> 512 of 1,728 CTA slots). Drops 494 -> 0, one member 41 -> 41 cells with no cell moving
-by 0.2 pp, but the benchmark batch grew by 28 % grown kernels (built as ``Kernel`` objects) and ran 12-25 %
-slower, single medians of 5 down to 92,000 kernels/s: building the grown rows as arrays would be needed first.
+Likewise a vector kernel that is launch-bound (under 1 us of ideal time) or leaves part of its one wave idle
+is never predicted slower than the same kernel with its first dimension (rows, tokens, elements) doubled,
+quadrupled, ... until it reaches 1 us and fills a wave (``features.grown_vectors``): it runs a subset of each
+one's independent blocks. Below 1 us the size feature is the only thing telling a launch-bound kernel from a
+larger one, and the networks had turned it upside down for some GPUs: an A100-80 fp32 RMSNorm of one
+8192-wide row at 16.1 us, of 32 rows at 4.6 us. Over the catalog GPUs, their dtypes and 36 vector ops at
+1-32,768 rows of 1,024 and 8,192 columns, drops of more than 10 % when doubling the rows: 958 with the networks
+alone; 494 with one rung, the kernel grown to 1 us (stop 36; the rest inside one wave, e.g. fp32 exp over
+16 -> 32 rows of 8192 on the A100, 256 -> 512 of 1,728 CTA slots); none with the ladder (stop 37). One member,
+seed 1, inference only: one rung 41 -> 41 target cells, every class mean within 0.1 pp; the ladder 41 -> 41, no
+cell moved by 0.2 pp (the measured data has few such small kernels). The grown kernels are rows of arrays
+(``VectorBatch.grown``), not ``Kernel`` objects: built as objects, the ladder's 28 % more rows of the
+benchmark batch cost 12-25 % of the throughput (stop 36).
 
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
@@ -65,8 +64,8 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from . import attention
-from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, grown_vectors,
-                       log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, VectorBatch, gemm_features,
+                       grown_vectors, log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
 from .kernels import Kernel
 from .rates import peak_flops
 
@@ -160,7 +159,8 @@ class MLPPredictor:
         """(latency, ideal time) of kernels that all go to ``route``: the geometric mean over the
         ensemble members of ``fixed + ideal / sigmoid(logit)``, for a GEMM that does not fill its tiles at
         most that of its tile-padded GEMM (``features.padded_gemms``; the module docstring says why)."""
-        x, ideal = FEATURE_FNS[route](kernels, gpu)
+        batch = VectorBatch.of(kernels) if route == "vector" else kernels
+        x, ideal = FEATURE_FNS[route](batch, gpu)
         out = self._member_latency_s(route, kernels, gpu, x, ideal)
         if route == "gemm":
             part, xp, ideal_p = padded_gemms(kernels, x, gpu)
@@ -168,10 +168,11 @@ class MLPPredictor:
                 out[part] = np.minimum(out[part], self._member_latency_s("gemm", [kernels[i] for i in part], gpu,
                                                                          xp, ideal_p))
         if route == "vector":
-            part, grown = grown_vectors(kernels, ideal)
+            part, shift = grown_vectors(x, ideal)
             if len(part):
-                xg, ideal_g = vector_features(grown, gpu)
-                out[part] = np.minimum(out[part], self._member_latency_s("vector", grown, gpu, xg, ideal_g))
+                xg, ideal_g = vector_features(batch.grown(part, shift), gpu)
+                np.minimum.at(out, part, self._member_latency_s("vector", [kernels[i] for i in part], gpu, xg,
+                                                                ideal_g))
         return out, ideal
 
     def _member_latency_s(self, route: str, kernels: Sequence[Kernel], gpu: GpuSpec, x: np.ndarray,
