@@ -254,3 +254,11 @@ def test_small_sends_run_ll_and_a_simple_send_through_an_nvswitch_pays_a_switch_
     plan = lower_collective(topo, "send_recv", (0, 7), 16384)
     assert sum(f.size_bytes for f in plan.flows) == pytest.approx(2 * 16384)
     assert estimate(topo, "send_recv", (0, 7), 1024, protocol="Simple").protocol == "Simple"
+
+
+def test_all_to_all_picks_each_sends_protocol_by_its_own_size():
+    topo = topo_of("dgx-a100")
+    group = tuple(range(8))
+    assert estimate(topo, "all_to_all", group, 8 * 16384).protocol == "LL"  # 16 KiB to each peer
+    assert estimate(topo, "all_to_all", group, 8 * 16384 + 8).protocol == "Simple"
+    assert estimate(topo, "all_to_all", group, 2**30).protocol == "Simple"

@@ -280,14 +280,21 @@ def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
                                               graph.algbw_bytes_per_s),))]
 
 
-def _p2p(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
-    if collective == "send_recv":
-        return _send_recv(topo, group)
+def _all_to_all(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
+    """A send and a receive per peer at once; LL where each peer's share is small enough for an LL send
+    (``estimate``), with the ring's base latency of the protocol. Unvalidated below 1 MiB (Aceso's all-to-alls
+    start there)."""
     n = len(group)
     graph = graph_for(topo, "all_to_all", group, 1.0 / n)
     hop = max(route_latency_s(topo, route(topo, a, b)) for a in group for b in group if a != b)
-    lat = tuning.BASE_LATENCY_US["ring"]["Simple"] * _scales(topo)[0] * 1e-6 + hop
-    return [Candidate("p2p", "Simple", (Phase(graph, lat, graph.algbw_bytes_per_s),))]
+    si = _scales(topo)[0] * 1e-6
+    switch = tuning.NVSWITCH_SIMPLE_STEP_US * si if _crosses_nvswitch(graph) else 0.0  # one step, as a send's
+    ll = min(graph.algbw_bytes_per_s * tuning.WIRE_EFFICIENCY["LL"],
+             tuning.ll_max_busbw(topo.cluster.gpu.architecture, len(by_node(topo, group))) / BUSBW_FACTOR["all_to_all"](n))
+    return [Candidate("p2p", "LL", (Phase(graph, tuning.BASE_LATENCY_US["ring"]["LL"] * si + hop, ll,
+                                          tuning.WIRE_EFFICIENCY["LL"]),)),
+            Candidate("p2p", "Simple", (Phase(graph, tuning.BASE_LATENCY_US["ring"]["Simple"] * si + hop + switch,
+                                              graph.algbw_bytes_per_s),))]
 
 
 def candidates(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
@@ -296,8 +303,10 @@ def candidates(topo: Topology, collective: str, group: tuple[int, ...]) -> list[
     cached = topo.cache.get(key)
     if cached is not None:
         return cached
-    if collective in ("send_recv", "all_to_all"):
-        out = _p2p(topo, collective, group)
+    if collective == "send_recv":
+        out = _send_recv(topo, group)
+    elif collective == "all_to_all":
+        out = _all_to_all(topo, group)
     elif collective in ("broadcast", "reduce"):
         out = _ring_like(topo, collective, group, "chain")
     else:
@@ -327,7 +336,8 @@ def estimate(topo: Topology, collective: str, group: tuple[int, ...], size_bytes
     if not pool:
         raise ValueError(f"{algorithm or 'any algorithm'}/{protocol or 'any protocol'} is not available for "
                          f"{collective} on {len(group)} ranks of {topo.cluster.name}")
-    if collective == "send_recv" and protocol is None:
-        pool = [c for c in pool if c.protocol == tuning.p2p_protocol(size_bytes)]
+    if collective in ("send_recv", "all_to_all") and protocol is None:  # each send by its own size, as NCCL does
+        per_peer = size_bytes / len(group) if collective == "all_to_all" else size_bytes
+        pool = [c for c in pool if c.protocol == tuning.p2p_protocol(per_peer)]
     best = min(pool, key=lambda c: c.tuner_time_s(size_bytes))
     return Estimate(collective, group, size_bytes, best, best.time_s(size_bytes))
