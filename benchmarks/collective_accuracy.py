@@ -43,6 +43,7 @@ from simulator.collectives import tuning  # noqa: E402
 from simulator.collectives.cost import BUSBW_FACTOR, estimate  # noqa: E402
 from simulator.loading import load_cluster  # noqa: E402
 from simulator.topology import build_topology, route  # noqa: E402
+from simulator.topology.links import gpu_family  # noqa: E402
 from simulator.topology.routing import bottleneck_bytes_per_s, route_latency_s  # noqa: E402
 
 from collective_anchors import ANCHOR_SIZE, anchors, held_out, mid_size_curve  # noqa: E402
@@ -173,31 +174,40 @@ def harness_s(p: Point, kernel_s: float, h: dict) -> float:
         return max(kernel_s, h["vtrain_floor_s"] + len(p.group) * h["vtrain_launch_s"])
     if p.source == "vidur":
         if p.op == "send_recv":
-            kernel_s = sender_s(p, kernel_s, h["vidur_buffer_bytes"])
+            kernel_s = sender_s(p, kernel_s, h)
         return kernel_s + h[f"vidur_{p.op}_s"]
     mem = topo_for(p.cluster, p.nodes).cluster.gpu.memory_bandwidth_bytes_per_s
     return kernel_s + h[f"aceso_{p.op}_s"] + 2 * p.copy_bytes / (mem * h["aceso_copy_efficiency"])
 
 
-def sender_s(p: Point, kernel_s: float, buffer_bytes: float) -> float:
+def sender_s(p: Point, kernel_s: float, h: dict) -> float:
     """The sender's time of a send that takes ``kernel_s`` to arrive: NCCL's sender finishes once its last
-    byte is in the connection's buffers (NCCL's FIFO, the sockets'), ``buffer_bytes`` ahead of the receiver;
-    until they fill it writes at its own side's rate (for socket transport: the GPU to its proxy), then at
-    the route's. Same time where both sides run at one rate (NVLink, a proxy-bound network)."""
+    byte is in the connection's buffers, up to a buffer ahead of the receiver; until they fill it writes at its
+    own side's rate, then at the route's. Two transports give the sender a side of its own: sockets (the GPU
+    hands its bytes to its proxy; ``vidur_buffer_bytes`` of buffers) and NCCL's P2P read over GA100 NVLink
+    (NCCL's default there: the sender copies into its own FIFO and the receiver pulls; ``vidur_p2p_buffer_bytes``
+    ahead, copied at ``vidur_copy_Bps``). Same time where both sides run at one rate (a proxy-bound network)."""
     rates = _sender_rates(p.cluster, p.nodes, p.group)
     if rates is None:
         return kernel_s
     handoff_s, r_own, r = rates
+    if handoff_s is None:  # P2P read
+        handoff_s, r_own, buffer_bytes = kernel_s - p.size_bytes / r, h["vidur_copy_Bps"], h["vidur_p2p_buffer_bytes"]
+    else:
+        buffer_bytes = h["vidur_buffer_bytes"]
     return max(handoff_s + p.size_bytes / r_own, kernel_s - buffer_bytes / r)
 
 
 @functools.cache
 def _sender_rates(cluster: str, nodes: int, group: tuple[int, ...]):
     """(hand-off latency, sender-side rate, route rate) of a send across nodes whose sender side is the
-    faster, else None (computed once per route: the harness fit calls ``sender_s`` for every grid value)."""
+    faster; (None, None, route rate) of a P2P-read send (GA100 over NVLink only); else None (computed once per
+    route: the harness fit calls ``sender_s`` for every grid value)."""
     topo = topo_for(cluster, nodes)
     edges = route(topo, *group)
     kinds = [topo.graph.edges[e]["kind"] for e in edges]
+    if set(kinds) == {"nvlink"} and gpu_family(topo.cluster.gpu.name) == "ga100":  # compute capability 8.0
+        return None, None, bottleneck_bytes_per_s(topo, edges)
     own = edges[:kinds.index("net")] if "net" in kinds else edges
     r_own, r = bottleneck_bytes_per_s(topo, own), bottleneck_bytes_per_s(topo, edges)
     if "net" not in kinds or r_own <= r * (1 + 1e-9):
@@ -210,7 +220,9 @@ GRID = {"vtrain_floor_s": [i * 2e-6 for i in range(0, 31)], "vtrain_launch_s": [
         **{f"vidur_{op}_s": [i * 2e-6 for i in range(0, 51)] for op in ("all_reduce", "send_recv")},
         **{f"aceso_{op}_s": _US for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")},
         "aceso_copy_efficiency": [0.3 + 0.05 * i for i in range(15)],
-        "vidur_buffer_bytes": [i * MIB / 4 for i in range(33)]}
+        "vidur_buffer_bytes": [i * MIB / 4 for i in range(33)],
+        "vidur_copy_Bps": [240e9 + 20e9 * i for i in range(14)],
+        "vidur_p2p_buffer_bytes": [i * 2 * MIB for i in range(33)]}
 
 
 def fit_harness(points: list[Point], kernel: list[float]) -> dict:
@@ -333,12 +345,16 @@ than 12.7 % MAPE).
 Vidur times rank 0 of a send/recv, the sender, which finishes once its last byte is in the connection's
 buffers (`vidur_buffer_bytes` ahead of the receiver; ``sender_s``). Where the sender's side is faster than
 the route (a proxy at 7.7 GB/s into 25 GbE) small sends finish at the proxy's rate: the pairwise 2-node
-sends below 2 MiB move 7-9 GB/s over a 2.9 GB/s port.
+sends below 2 MiB move 7-9 GB/s over a 2.9 GB/s port. Between A100s over NVLink NCCL reads (P2P read, its
+default on compute capability 8.0): the sender copies into its own buffer and the receiver pulls, so the sender
+runs `vidur_p2p_buffer_bytes` ahead, copying at `vidur_copy_Bps` (both fitted on Vidur's two A100 boxes at
+once). Without that term the bridged pair's sends seemed to beat the 300 GB/s line rate (2-48 MiB at 350-400
+GB/s of size over time, 190 GB/s from 48 to 64 MiB) and their MAPE >= 1 MiB was 45.6 %, now 15.4 % (the DGX
+A100's 14.3 -> 9.4 %; below 1 MiB 11.8 -> 7.5 % and 19.3 -> 23.3 %).
 
 What the data cannot tell the model (evidence in the session report of issue 4): Vidur's small all-reduces
 alternate between two modes at neighbouring sizes (e.g. 4 GPUs: 16-22 us and 61-63 us), which no
-deterministic model follows; Vidur's A100 PCIe pair send/recv reaches 333 GB/s, above the 300 GB/s
-NVLink bridge line rate; Aceso's all-gather / reduce-scatter / all-to-all take one of two or three
+deterministic model follows; Aceso's all-gather / reduce-scatter / all-to-all take one of two or three
 bandwidths per size (RTX 2080 reduce-scatter at 2 GPUs: 2.57 or 3.1-3.5 GB/s; RTX 3090 all-to-all at
 8 GPUs: 0.6 or 1.0-1.4 GB/s); Vidur's 2-node all-reduce with 2
 GPUs per node runs at 5.9 or 10.3-10.6 GB/s bus bandwidth (the model's two proxies: 11.3), and with 8 GPUs

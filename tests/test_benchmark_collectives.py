@@ -37,3 +37,18 @@ def test_held_out_systems_build_and_one_gpu_drives_one_nic():
     assert len(rows) == len(anchors.HELD_OUT) and all(r["model_GBps"] > 0 for r in rows.values())
     # a node's single GPU reaches its own rail's NIC only (400 Gb/s = 50 GB/s), not the node's four
     assert rows["H100, 2 nodes x 1 GPU, 4x NDR, 32 MB"]["model_GBps"] < 50
+
+
+def test_a_p2p_read_sender_runs_a_buffer_ahead_only_between_ga100s_over_nvlink():
+    """Vidur times the sender: over GA100 NVLink (NCCL's P2P read) it copies into its own buffer at its own rate
+    and finishes a buffer ahead of the receiver; over other GPUs' NVLink it finishes with the transfer."""
+    h = {"vidur_copy_Bps": 340e9, "vidur_p2p_buffer_bytes": 6 * MIB, "vidur_buffer_bytes": 0.0}
+    send = lambda cluster, size: ca.Point("x", "vidur", cluster, 1, "send_recv", (0, 1), size, 1.0)  # noqa: E731
+    topo = ca.topo_for("a100-pcie-nvlink-pairs", 1)
+    link = ca.bottleneck_bytes_per_s(topo, ca.route(topo, 0, 1))  # 0.78 x 300 GB/s
+    small, big = send("a100-pcie-nvlink-pairs", 4 * MIB), send("a100-pcie-nvlink-pairs", 64 * MIB)
+    small_s, big_s = ca.model_s(small), ca.model_s(big)
+    assert ca.sender_s(small, small_s, h) == pytest.approx(small_s - 4 * MIB / link + 4 * MIB / 340e9)
+    assert ca.sender_s(big, big_s, h) == pytest.approx(big_s - 6 * MIB / link)  # past the buffer: the link's pace
+    h100 = send("dgx-h100", 4 * MIB)
+    assert ca.sender_s(h100, ca.model_s(h100), h) == ca.model_s(h100)
