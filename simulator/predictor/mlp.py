@@ -38,7 +38,8 @@ alone; 494 with one rung, the kernel grown to 1 us (stop 36; the rest inside one
 seed 1, inference only: one rung 41 -> 41 target cells, every class mean within 0.1 pp; the ladder 41 -> 41, no
 cell moved by 0.2 pp (the measured data has few such small kernels). The grown kernels are rows of arrays
 (``VectorBatch.grown``), not ``Kernel`` objects: built as objects, the ladder's 28 % more rows of the
-benchmark batch cost 12-25 % of the throughput (stop 36).
+benchmark batch cost 12-25 % of the throughput (stop 36); as arrays, the benchmark's 50,000 norms take 5-15 %
+longer and the whole batch 2-4 % (back-to-back runs, stop 37).
 
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
