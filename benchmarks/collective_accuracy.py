@@ -350,7 +350,7 @@ default on compute capability 8.0): the sender copies into its own buffer and th
 runs `vidur_p2p_buffer_bytes` ahead, copying at `vidur_copy_Bps` (both fitted on Vidur's two A100 boxes at
 once). Without that term the bridged pair's sends seemed to beat the 300 GB/s line rate (2-48 MiB at 350-400
 GB/s of size over time, 190 GB/s from 48 to 64 MiB) and their MAPE >= 1 MiB was 45.6 %, now 15.4 % (the DGX
-A100's 14.3 -> 9.4 %; below 1 MiB 11.8 -> 7.5 % and 19.3 -> 23.3 %).
+A100's 14.3 -> 9.4 %; below 1 MiB the pair's 11.8 -> 7.5 %, the DGX's 19.3 -> 23.3 %).
 
 What the data cannot tell the model (evidence in the session report of issue 4): Vidur's small all-reduces
 alternate between two modes at neighbouring sizes (e.g. 4 GPUs: 16-22 us and 61-63 us), which no

@@ -265,8 +265,9 @@ def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     Simple 3.4 us; Vidur's A100 sends step up by 3 us at 16 KiB on both its NVSwitch and its bridged box), and
     a Simple send through an NVSwitch pays one switch step (``tuning.NVSWITCH_SIMPLE_STEP_US``, as a ring's step
     does; Vidur's NVSwitch sends take 4-7 us longer than its bridged pair's). Vidur's sends below 1 MiB, MAPE:
-    NVSwitch 32.9 -> 19.3 %, bridged pair 15.8 -> 11.8 % (23.3 and 7.5 % since the benchmark's sender reads
-    P2P: ``benchmarks/collective_accuracy.py``). Sends across nodes keep the route's latency: adding
+    NVSwitch 32.9 -> 19.3 %, bridged pair 15.8 -> 11.8 % (23.3 and 7.5 % once the benchmark's harness let a
+    P2P-read sender finish a buffer ahead: ``benchmarks/collective_accuracy.py``). Sends across nodes keep the
+    route's latency: adding
     tuning.cc's network hop (14 us for Simple) made Vidur's 2-node DGX A100 below 1 MiB 19.1 -> 30.3 %."""
     graph = graph_for(topo, "p2p", group)
     nodes, _, intra = _shape(topo, group, graph)
