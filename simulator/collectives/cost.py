@@ -267,8 +267,8 @@ def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     does; Vidur's NVSwitch sends take 4-7 us longer than its bridged pair's). Vidur's sends below 1 MiB, MAPE:
     NVSwitch 32.9 -> 19.3 %, bridged pair 15.8 -> 11.8 % (23.3 and 7.5 % once the benchmark's harness let a
     P2P-read sender finish a buffer ahead: ``benchmarks/collective_accuracy.py``). Sends across nodes keep the
-    route's latency: adding
-    tuning.cc's network hop (14 us for Simple) made Vidur's 2-node DGX A100 below 1 MiB 19.1 -> 30.3 %."""
+    route's latency: adding tuning.cc's network hop (14 us for Simple) made Vidur's 2-node DGX A100 below 1 MiB
+    19.1 -> 30.3 %."""
     graph = graph_for(topo, "p2p", group)
     nodes, _, intra = _shape(topo, group, graph)
     lat = route_latency_s(topo, route(topo, group[0], group[1]))
