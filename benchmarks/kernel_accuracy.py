@@ -24,7 +24,8 @@ cores and run about 5x slower), then assemble the table from their caches:
 An MLP experiment (one member, another seed) reuses the cached NeuSight baselines and takes about
 5 minutes for all ten folds on one core: ``--members 1 --seed 1 --threads 1 --resume --name NAME``.
 On a fresh machine (no cache) add ``--neusight-from benchmarks/results/kernel_accuracy.json``: the NeuSight
-columns are then that file's, not retrained (6 min for all folds as two one-thread processes).
+columns are then that file's, not retrained (6 min for all folds as two one-thread processes; with the
+default three members 140-215 s per fold, about 20 min for all ten plus the evaluation).
 """
 from __future__ import annotations
 
