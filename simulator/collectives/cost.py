@@ -259,6 +259,17 @@ def hierarchical(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     return [Candidate("hierarchical", "Simple", (rs, Phase(inter, lat_inter, inter.algbw_bytes_per_s), rs))]
 
 
+def _ll_and_simple(graph: ChannelGraph, latency_s: dict[str, float], si: float,
+                   ll_cap_bytes_per_s: float) -> list[Candidate]:
+    """The LL and Simple candidates of sends over ``graph`` (send/recv, all-to-all): LL at half the graph's rate
+    (at most ``ll_cap_bytes_per_s``), Simple at its rate; a Simple send through an NVSwitch pays one switch step
+    (``tuning.NVSWITCH_SIMPLE_STEP_US`` x ``si``, the intra-node latency scale in seconds per us)."""
+    switch = tuning.NVSWITCH_SIMPLE_STEP_US * si if _crosses_nvswitch(graph) else 0.0
+    ll = min(graph.algbw_bytes_per_s * tuning.WIRE_EFFICIENCY["LL"], ll_cap_bytes_per_s)
+    return [Candidate("p2p", "LL", (Phase(graph, latency_s["LL"], ll, tuning.WIRE_EFFICIENCY["LL"]),)),
+            Candidate("p2p", "Simple", (Phase(graph, latency_s["Simple"] + switch, graph.algbw_bytes_per_s),))]
+
+
 def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     """LL and Simple, chosen by size as NCCL does (``estimate``), not by its tuner. Latency: the route's hops plus,
     inside a node, the protocol's per-hop latency from tuning.cc's table for the link class (NVLink: LL 0.6 us,
@@ -273,13 +284,8 @@ def _send_recv(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     nodes, _, intra = _shape(topo, group, graph)
     lat = route_latency_s(topo, route(topo, group[0], group[1]))
     si = _scales(topo)[0] * 1e-6 if nodes == 1 else 0.0
-    switch = tuning.NVSWITCH_SIMPLE_STEP_US * si if _crosses_nvswitch(graph) else 0.0
-    ll = min(graph.algbw_bytes_per_s * tuning.WIRE_EFFICIENCY["LL"], tuning.ll_max_busbw(topo.cluster.gpu.architecture,
-                                                                                          nodes))
-    return [Candidate("p2p", "LL", (Phase(graph, lat + tuning.hop_latency_us(intra, "LL") * si, ll,
-                                          tuning.WIRE_EFFICIENCY["LL"]),)),
-            Candidate("p2p", "Simple", (Phase(graph, lat + tuning.hop_latency_us(intra, "Simple") * si + switch,
-                                              graph.algbw_bytes_per_s),))]
+    latency_s = {proto: lat + tuning.hop_latency_us(intra, proto) * si for proto in ("LL", "Simple")}
+    return _ll_and_simple(graph, latency_s, si, tuning.ll_max_busbw(topo.cluster.gpu.architecture, nodes))
 
 
 def _all_to_all(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
@@ -290,13 +296,9 @@ def _all_to_all(topo: Topology, group: tuple[int, ...]) -> list[Candidate]:
     graph = graph_for(topo, "all_to_all", group, 1.0 / n)
     hop = max(route_latency_s(topo, route(topo, a, b)) for a in group for b in group if a != b)
     si = _scales(topo)[0] * 1e-6
-    switch = tuning.NVSWITCH_SIMPLE_STEP_US * si if _crosses_nvswitch(graph) else 0.0  # one step, as a send's
-    ll = min(graph.algbw_bytes_per_s * tuning.WIRE_EFFICIENCY["LL"],
-             tuning.ll_max_busbw(topo.cluster.gpu.architecture, len(by_node(topo, group))) / BUSBW_FACTOR["all_to_all"](n))
-    return [Candidate("p2p", "LL", (Phase(graph, tuning.BASE_LATENCY_US["ring"]["LL"] * si + hop, ll,
-                                          tuning.WIRE_EFFICIENCY["LL"]),)),
-            Candidate("p2p", "Simple", (Phase(graph, tuning.BASE_LATENCY_US["ring"]["Simple"] * si + hop + switch,
-                                              graph.algbw_bytes_per_s),))]
+    latency_s = {proto: tuning.BASE_LATENCY_US["ring"][proto] * si + hop for proto in ("LL", "Simple")}
+    ll_cap = tuning.ll_max_busbw(topo.cluster.gpu.architecture, len(by_node(topo, group))) / BUSBW_FACTOR["all_to_all"](n)
+    return _ll_and_simple(graph, latency_s, si, ll_cap)
 
 
 def candidates(topo: Topology, collective: str, group: tuple[int, ...]) -> list[Candidate]:
