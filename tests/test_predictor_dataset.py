@@ -64,7 +64,7 @@ def test_aceso_decomposition():
     assert aceso_kernels("gpt-post-process", "fwd", "fp16", s) == ()
     # Norm backward: the input gradient (3 tensors) and the gamma/beta gradient (2 more reads).
     ln = aceso_kernels("enc-1st-layernorm", "bwd", "fp32", s)
-    assert [k.op for k in ln] == ["layernorm_bwd", "norm_weight_bwd"]
+    assert [k.op for k in ln] == ["layernorm_fused_bwd", "norm_weight_bwd"]
     assert [k.bytes // (4 * 4096 * 1024) for k in ln] == [3, 2]
 
 

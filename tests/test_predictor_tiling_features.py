@@ -56,6 +56,16 @@ def test_feature_vectors_have_the_documented_width():
     assert x.shape == (4, len(ft.VECTOR_FEATURES) + 1) and np.isfinite(x).all() and (ideal > 0).all()  # + clock
 
 
+def test_a_fused_layernorm_differs_from_the_native_one_only_in_its_implementation_bit():
+    gpu = load_gpu("RTX-3090")
+    for suffix in ("", "_bwd"):
+        ks = [Kernel(f"layernorm{suffix}", "fp16", (8192, 2560)), Kernel(f"layernorm_fused{suffix}", "fp16", (8192, 2560))]
+        x, ideal = ft.vector_features(ks, gpu)
+        col = ft.VECTOR_FEATURES.index("fused_impl")
+        assert list(x[:, col]) == [0.0, 1.0] and ideal[0] == ideal[1]
+        assert np.array_equal(np.delete(x[0], col), np.delete(x[1], col))
+
+
 def test_alignment_is_the_widest_load_all_operand_rows_share():
     dims = np.array([[7, 8, 16], [64, 64, 64], [2, 6, 10], [4096, 1024, 30522]])
     assert list(ft.alignment_bytes(dims, np.array([4.0, 2.0, 2.0, 4.0]))) == [4, 16, 4, 8]

@@ -60,11 +60,12 @@ def test_swiglu_rmsnorm_rope_variants():
 
 
 def test_norm_backward_is_input_then_weight_gradient_kernels():
-    for norm in ("layernorm", "rmsnorm"):
+    # LayerNorm lowers to Megatron's fused kernel; RMSNorm has one kind
+    for norm, kernel in (("layernorm", "layernorm_fused"), ("rmsnorm", "rmsnorm")):
         m = tiny_model(norm=norm)
         ops = [s.kernel.op for s in layer_backward(make_shard(m, PlanSpec(dtype="fp32"))) if isinstance(s, Compute)]
-        assert ops.count(f"{norm}_bwd") == 2 and ops.count("norm_weight_bwd") == 2
-        assert ops[ops.index(f"{norm}_bwd") + 1] == "norm_weight_bwd"
+        assert ops.count(f"{kernel}_bwd") == 2 and ops.count("norm_weight_bwd") == 2
+        assert ops[ops.index(f"{kernel}_bwd") + 1] == "norm_weight_bwd"
         # torch's unfused softmax backward multiplies grad by output before its row kernel
         assert ops[ops.index("softmax_bwd") - 1] == "mul"
 

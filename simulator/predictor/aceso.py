@@ -9,6 +9,8 @@ bias-GELU, bias-dropout-add (run unfused), FusedScaleMaskSoftmax, apex FusedLaye
   (``nn``). The published backward times of every linear op equal its forward time (one GEMM's
   worth, on all five GPUs), not twice it: the profiler evidently did not compute weight (or bias)
   gradients, so no ``tn`` GEMM or bias reduction is listed.
+* LayerNorm: apex's fused kernels (``layernorm_fused``; backward its input-gradient kernel and the weight
+  gradient's), not PyTorch's native ones, which the other sources measured.
 * Attention score ``Q K^T`` and context ``P V``: batched GEMMs over micro-batch x heads; backward two
   batched GEMMs each. The context is made contiguous (a copy) after the BMM.
 
@@ -92,8 +94,8 @@ def aceso_kernels(op_name: str, direction: str, dtype: str, s: LayerShapes,
     if name in ("1st-layernorm", "2nd-layernorm"):
         shape = (s.tokens, s.hidden)
         if direction == "fwd":
-            return (Kernel("layernorm", dtype, shape),)
-        return Kernel("layernorm_bwd", dtype, shape), Kernel("norm_weight_bwd", dtype, shape)
+            return (Kernel("layernorm_fused", dtype, shape),)
+        return Kernel("layernorm_fused_bwd", dtype, shape), Kernel("norm_weight_bwd", dtype, shape)
     if name == "attention-qkv":
         return _linear(direction, g, s.tokens, s.hidden, 3 * s.hidden)
     if name == "attention-dense":

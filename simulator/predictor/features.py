@@ -55,7 +55,16 @@ Two feature sets, one per network:
   peak a GEMM can reach, are facts about the GPU's math units: :mod:`rates`.
 * ``vector`` (elementwise, dropout, softmax, norms, gathers, copies, optimizer steps): waves of
   128-thread CTAs, row length for row-wise ops and its bytes over the GPU's L1 per SM, element size,
-  op kind, direction and whether the op is transcendental.
+  op kind, direction, whether the op is transcendental, and whether it is a fused library kernel
+  (``fused_impl``: Megatron's fused LayerNorm, named ``*_fused*`` in :data:`kernels.OPS`).
+
+Fused norms (stop 38): Aceso's LayerNorms are Megatron's fused (apex) kernels, NeuSight's, Vidur's and the
+H200 suite's PyTorch's native ones, and their speed-by-width curves differ (Aceso's fp16 2560-wide forward
+norms ran 1.2-1.4x slower than the shared network put them even with their GPU in training, the 7168-wide
+ones 0.75-0.96x). Per-(source, GPU) offsets cannot fix that: they shift every width together. The bit is a
+property of the software, which the lowering knows, not of the GPU. One-member leave-one-GPU-out, seeds
+1 / 0: target cells 41 -> 47 / 40 -> 48; every Aceso norm cell better (V100 fp16 14.6 -> 7.6 %, A100 fp32
+15.6 -> 8.4 %), native ones worse (A100 PCIe NeuSight 7.6 -> 10.2 %, H200 suite fp32 37.6 -> 58.2 %).
 
 No compute-over-memory balance for vector kernels (stop 13): every measured one sits 4-100x below the
 ridge point, where the balance says nothing about the kernel and much about the GPU (its FP32 rate over
@@ -187,7 +196,7 @@ GEMM_FEATURES = ("log2_ideal_us", "log2_compute_over_memory", "log2_tiled_over_i
                  "log2_k_per_cta", "tensor_unit", "log2_element_bytes", "log2_alignment_bytes",
                  "log2_mma_operand_rate", "mn_major_operands") + tuple(f"layout_{x}" for x in LAYOUTS)
 VECTOR_FEATURES = ("log2_ideal_us_to_1", "log2_waves", "slot_fill", "log2_row_length",
-                   "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1") + tuple(
+                   "log2_element_bytes", "backward", "transcendental", "log2_row_over_l1", "fused_impl") + tuple(
                        f"kind_{k}" for k in VECTOR_KINDS)
 
 
@@ -432,7 +441,8 @@ def vector_features(kernels: Sequence[Kernel] | VectorBatch, gpu: GpuSpec) -> tu
     cols = [np.minimum(_size(t_ideal), MAX_LOG2_VECTOR_IDEAL_US), np.minimum(_log2(waves), MAX_LOG2_WAVES),
             fill, np.where(rowwise, _log2(dims[:, 1]), 0.0), _log2(elem), backward, transcendental,
             np.where(rowwise, np.clip(_log2(dims[:, 1] * elem / gpu.l1_bytes), *ROW_OVER_L1_RANGE),
-                     ROW_OVER_L1_RANGE[0])] + kind_cols + [clock_column(n, gpu)]
+                     ROW_OVER_L1_RANGE[0]),
+            np.array(["_fused" in op for op in ops], dtype=float)[op_idx]] + kind_cols + [clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
 

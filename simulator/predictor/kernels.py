@@ -244,6 +244,12 @@ OPS: dict[str, OpClass] = {
     "adam": OpClass("optimizer", lambda s: 12.0 * _prod(s), _adam_bytes(True)),
     "adam_unfused": OpClass("optimizer", lambda s: 12.0 * _prod(s), _adam_bytes(False)),
 }
+# A fused LayerNorm (Megatron's: apex's ``FusedLayerNorm``, Transformer Engine) moves the same bytes as
+# PyTorch's native kernels but runs its own code, with another speed-by-width curve: Aceso's 2560-wide fp16
+# norms run slower per byte than the native kernels' at that width, its 7168-wide ones faster. The
+# predictor tells them apart by the ``_fused`` in the name (``features.fused_impl``), a property of the
+# software, known at inference from the lowering, not of the GPU.
+OPS |= {f"layernorm_fused{d}": OPS[f"layernorm{d}"] for d in ("", "_bwd")}
 
 
 def gemm(m: int, n: int, k: int, dtype: str, b: int = 1, layout: str = "nn") -> Kernel:

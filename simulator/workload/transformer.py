@@ -96,7 +96,9 @@ def _tp_all_reduce(name: str, sh: Shard) -> list[Step]:
 
 
 def _norm(sh: Shard) -> str:
-    return sh.model.norm
+    """The norm's kernel: Megatron's fused LayerNorm (apex, Transformer Engine), like the lowering's other
+    fused kernels; RMSNorm keeps the one kind the predictor has measured (vLLM's, PyTorch's)."""
+    return "layernorm_fused" if sh.model.norm == "layernorm" else sh.model.norm
 
 
 def _norm_bwd(name: str, sh: Shard) -> list[Step]:
