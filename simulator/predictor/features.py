@@ -62,9 +62,10 @@ Fused norms (stop 38): Aceso's LayerNorms are Megatron's fused (apex) kernels, N
 H200 suite's PyTorch's native ones, and their speed-by-width curves differ (Aceso's fp16 2560-wide forward
 norms ran 1.2-1.4x slower than the shared network put them even with their GPU in training, the 7168-wide
 ones 0.75-0.96x). Per-(source, GPU) offsets cannot fix that: they shift every width together. The bit is a
-property of the software, which the lowering knows, not of the GPU. One-member leave-one-GPU-out, seeds
-1 / 0: target cells 41 -> 47 / 40 -> 48; every Aceso norm cell better (V100 fp16 14.6 -> 7.6 %, A100 fp32
-15.6 -> 8.4 %), native ones worse (A100 PCIe NeuSight 7.6 -> 10.2 %, H200 suite fp32 37.6 -> 58.2 %).
+property of the software, which the lowering knows, not of the GPU. Leave-one-GPU-out (three members):
+target cells 41 -> 47 (calibration 45 -> 52); every Aceso norm cell better (V100 SXM2 fp16 13.8 -> 7.4 %,
+A100 SXM4 fp32 15.2 -> 8.3 %), native ones worse, now fitted without Aceso's beside them (A100 PCIe
+NeuSight 7.0 -> 9.6 %, T4 10.7 -> 12.3 %, H200 suite fp32 36.5 -> 51.3 %).
 
 No compute-over-memory balance for vector kernels (stop 13): every measured one sits 4-100x below the
 ridge point, where the balance says nothing about the kernel and much about the GPU (its FP32 rate over
