@@ -104,6 +104,8 @@ from simulator.cli import main
 @pytest.mark.parametrize("args, status, stream, text", [
     (["collect", "--help"], 0, "out", "--quick"),
     (["collect", "--out", "OUT", "--quick"], 2, "err", "error: `simulator collect` needs"),
+    (["collect", "--out", "OUT", "--ops", "gemm", "layernorm_fused"], 2, "err",
+     "error: --ops layernorm_fused: not in the collection suite"),  # torch has no fused (apex) LayerNorm
 ])
 def test_collect_runs_without_pydantic_simpy_networkx_or_yaml(tmp_path, args, status, stream, text):
     # GPU machines often have only torch and numpy: `collect` must load there (issue 3, item 6).

@@ -68,6 +68,12 @@ def _command(args: argparse.Namespace) -> int:
         from .kernel_csv import read_kernel_rows
 
         kernels = list(dict.fromkeys(read_kernel_rows(args.input)[2]))
+    elif args.ops and not args.quick:
+        known = {k.op for k in default_suite(None, args.dtypes or ("bf16", "fp32"))}
+        unknown = sorted(set(args.ops) - known)
+        if unknown:
+            raise PredictorError(f"--ops {' '.join(unknown)}: not in the collection suite (its ops: "
+                                 f"{', '.join(sorted(known))}); measure other kernels with --input FILE.csv")
     return run_collect(Path(args.out), ops=args.ops, dtypes=args.dtypes, quick=args.quick, warmup=args.warmup,
                        repeats=args.repeats, profile=args.profile, kernels=kernels)
 
