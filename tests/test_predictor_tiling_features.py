@@ -59,7 +59,7 @@ def test_feature_vectors_have_the_documented_width():
 def test_a_fused_layernorm_differs_from_the_native_one_only_in_its_implementation_bit():
     gpu = load_gpu("RTX-3090")
     for suffix in ("", "_bwd"):
-        ks = [Kernel(f"layernorm{suffix}", "fp16", (8192, 2560)), Kernel(f"layernorm_fused{suffix}", "fp16", (8192, 2560))]
+        ks = [Kernel(f"layernorm{impl}{suffix}", "fp16", (8192, 2560)) for impl in ("", "_fused")]
         x, ideal = ft.vector_features(ks, gpu)
         col = ft.VECTOR_FEATURES.index("fused_impl")
         assert list(x[:, col]) == [0.0, 1.0] and ideal[0] == ideal[1]
