@@ -59,9 +59,9 @@ Two feature sets, one per network:
   (``fused_impl``: Megatron's fused LayerNorm, named ``*_fused*`` in :data:`kernels.OPS`).
 
 Fused norms (stop 38): Aceso's LayerNorms are Megatron's fused (apex) kernels, NeuSight's, Vidur's and the
-H200 suite's PyTorch's native ones, and their speed-by-width curves differ (Aceso's fp16 2560-wide forward
-norms ran 1.2-1.4x slower than the shared network put them even with their GPU in training, the 7168-wide
-ones 0.75-0.96x). Per-(source, GPU) offsets cannot fix that: they shift every width together. The bit is a
+H200 suite's PyTorch's native ones, and their speed-by-width curves differ (the shared network put Aceso's
+fp16 2560-wide forward norms at 1.2-1.4x their time even with their GPU in training, the 7168-wide ones at
+0.75-0.96x). Per-(source, GPU) offsets cannot fix that: they shift every width together. The bit is a
 property of the software, which the lowering knows, not of the GPU. Leave-one-GPU-out (three members):
 target cells 41 -> 47 (calibration 45 -> 52); every Aceso norm cell better (V100 SXM2 fp16 13.8 -> 7.4 %,
 A100 SXM4 fp32 15.2 -> 8.3 %), native ones worse, now fitted without Aceso's beside them (A100 PCIe
