@@ -247,9 +247,8 @@ OPS: dict[str, OpClass] = {
 # A fused LayerNorm (Megatron's: apex's ``FusedLayerNorm``, Transformer Engine) moves the same bytes as
 # PyTorch's native kernels but runs its own code, with another speed-by-width curve: a network fitted mostly
 # on native kernels put Aceso's 2560-wide fp16 forward norms at 1.2-1.4x their time, its 7168-wide ones at
-# 0.75-0.96x. The
-# predictor tells them apart by the ``_fused`` in the name (``features.fused_impl``), a property of the
-# software, known at inference from the lowering, not of the GPU.
+# 0.75-0.96x. The predictor tells them apart by the ``_fused`` in the name (``features.fused_impl``), a
+# property of the software, known at inference from the lowering, not of the GPU.
 OPS |= {f"layernorm_fused{d}": OPS[f"layernorm{d}"] for d in ("", "_bwd")}
 
 
