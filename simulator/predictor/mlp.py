@@ -140,6 +140,10 @@ def load_weights(folder: Path = WEIGHTS_DIR) -> tuple[list[dict[str, Network]], 
     return members, meta
 
 
+def _rows(a: Optional[np.ndarray], rows: np.ndarray) -> Optional[np.ndarray]:
+    return None if a is None else a[rows]
+
+
 class MLPPredictor:
     """``latency_s(kernels, gpu)`` from the shipped (or given) weights; see the module docstring."""
 
@@ -162,25 +166,29 @@ class MLPPredictor:
         most that of its tile-padded GEMM (``features.padded_gemms``; the module docstring says why)."""
         batch = VectorBatch.of(kernels) if route == "vector" else kernels
         x, ideal = FEATURE_FNS[route](batch, gpu)
-        out = self._member_latency_s(route, kernels, gpu, x, ideal)
+        slots = self._offset_slots(kernels, gpu)
+        out = self._member_latency_s(route, slots, gpu, x, ideal)
         if route == "gemm":
             part, xp, ideal_p = padded_gemms(kernels, x, gpu)
             if len(part):
-                out[part] = np.minimum(out[part], self._member_latency_s("gemm", [kernels[i] for i in part], gpu,
-                                                                         xp, ideal_p))
+                out[part] = np.minimum(out[part], self._member_latency_s("gemm", _rows(slots, part), gpu, xp, ideal_p))
         if route == "vector":
             part, shift = grown_vectors(x, ideal)
             if len(part):
                 xg, ideal_g = vector_features(batch.grown(part, shift), gpu)
-                np.minimum.at(out, part, self._member_latency_s("vector", [kernels[i] for i in part], gpu, xg,
-                                                                ideal_g))
+                np.minimum.at(out, part, self._member_latency_s("vector", _rows(slots, part), gpu, xg, ideal_g))
         return out, ideal
 
-    def _member_latency_s(self, route: str, kernels: Sequence[Kernel], gpu: GpuSpec, x: np.ndarray,
+    def _offset_slots(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> Optional[np.ndarray]:
+        """Each kernel's offset slot (``features.OFFSET_SLOTS``) on a GPU of the training data, else None."""
+        if not any(gpu.name in offsets for offsets in self.gpu_offsets):
+            return None
+        return np.array([SLOT_INDEX[offset_slot(k.op)] for k in kernels])
+
+    def _member_latency_s(self, route: str, slot_idx: Optional[np.ndarray], gpu: GpuSpec, x: np.ndarray,
                           ideal: np.ndarray) -> np.ndarray:
-        """Geometric mean over the members of ``fixed + ideal / sigmoid(logit)`` for features ``x``."""
-        measured = any(gpu.name in offsets for offsets in self.gpu_offsets)
-        slot_idx = np.array([SLOT_INDEX[offset_slot(k.op)] for k in kernels]) if measured else None
+        """Geometric mean over the members of ``fixed + ideal / sigmoid(logit)`` for features ``x``; ``slot_idx``
+        (``_offset_slots``) selects a measured GPU's offsets."""
         logs = []
         for nets, cycles, offsets, power_c in zip(self.members, self.member_fixed_cycles, self.gpu_offsets,
                                                   self.meta["power_c_pj"]):
