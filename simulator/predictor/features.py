@@ -177,7 +177,6 @@ same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -187,6 +186,7 @@ from .kernels import OPS, Kernel
 from .rates import alignment_bytes, gemm_peaks, integer_ops_per_s, mma_operand_rate, mn_major_operands
 from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, math_unit, threads_per_sm,
                      vector_blocks, vector_waves)
+from .vector_batch import VectorBatch
 
 LAYOUTS = ("nn", "nt")
 #: Layouts the features cannot tell apart from another one (see the module docstring).
@@ -366,60 +366,6 @@ def log_power_cap(budget_log2_pj, log_c_pj, xp, log_floor=None):
     return cap if log_floor is None else xp.maximum(cap, log_floor)
 
 
-@dataclass(frozen=True)
-class VectorBatch:
-    """Vector kernels as columns, gathered in one pass over the ``Kernel`` objects: per (op, dtype, rank) group
-    the members' positions and shapes [members, rank], and per kernel its op's index in ``ops``.
-    ``grown`` derives other kernels from these without building them (``grown_vectors``)."""
-
-    groups: tuple[tuple[str, str, np.ndarray, np.ndarray], ...]  # (op, dtype, positions, shapes)
-    op_idx: np.ndarray
-    ops: tuple[str, ...]
-
-    @staticmethod
-    def of(kernels: Sequence[Kernel]) -> "VectorBatch":
-        members: dict[tuple[str, str, int], list[int]] = {}
-        for i, k in enumerate(kernels):
-            members.setdefault((k.op, k.dtype, len(k.shape)), []).append(i)
-        groups = tuple((op, dtype, np.array(idx, dtype=np.int64),
-                        np.array([kernels[i].shape for i in idx], dtype=np.int64).reshape(len(idx), rank))
-                       for (op, dtype, rank), idx in members.items())
-        # per-op facts are looked up once per distinct op (batches of 10^5 kernels share a few ops)
-        op_index: dict[str, int] = {}
-        op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64,
-                             count=len(kernels))
-        return VectorBatch(groups, op_idx, tuple(op_index))
-
-    def grown(self, rows: np.ndarray, shift: np.ndarray) -> "VectorBatch":
-        """Kernels ``rows`` (positions, repeats allowed) with their first dimension times ``2 ** shift``."""
-        member = np.empty(len(self.op_idx), dtype=np.int64)
-        for g, (_, _, idx, _) in enumerate(self.groups):
-            member[idx] = g
-        order = np.argsort(member[rows], kind="stable")
-        bounds = np.searchsorted(member[rows][order], np.arange(len(self.groups) + 1))
-        groups = []
-        for g, (op, dtype, idx, shape) in enumerate(self.groups):
-            out = order[bounds[g]:bounds[g + 1]]
-            grown = shape[np.searchsorted(idx, rows[out])]
-            grown[:, 0] <<= shift[out]
-            groups.append((op, dtype, out, grown))
-        return VectorBatch(tuple(groups), self.op_idx[rows], self.ops)
-
-    def counts(self) -> tuple[np.ndarray, ...]:
-        """(rows and cols [N, 2], FLOPs, bytes, element bytes); embeddings are tokens x hidden, flat ops one row.
-        Each op's formulas run once per group on columns of dimensions: the same arithmetic as ``Kernel.flops``
-        / ``Kernel.bytes``, without a Python call per kernel."""
-        n = len(self.op_idx)
-        dims, flops, bytes_, elem = np.empty((n, 2), dtype=np.int64), np.empty(n), np.empty(n), np.empty(n)
-        for op, dtype, idx, shape in self.groups:
-            cols = tuple(shape.T)
-            dims[idx, 0], dims[idx, 1] = (1, cols[0]) if shape.shape[1] == 1 else (cols[0], cols[1])
-            flops[idx] = OPS[op].flops(cols)
-            bytes_[idx] = OPS[op].bytes(cols, DTYPE_BYTES[dtype])
-            elem[idx] = DTYPE_BYTES[dtype]
-        return dims, flops, bytes_, elem
-
-
 def vector_features(kernels: Sequence[Kernel] | VectorBatch, gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(VECTOR_FEATURES) + 1], ideal time s [N]) for non-GEMM, non-attention kernels: the
     network's inputs, then the clock (``clock_column``)."""
@@ -476,4 +422,4 @@ def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
 
 
 __all__ = ["log_power_cap", "power_budget_log2_pj", "clock_floor_column", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind",
-           "threads_per_sm", "VectorBatch", "grown_vectors", "padded_gemms"]
+           "threads_per_sm", "grown_vectors", "padded_gemms"]

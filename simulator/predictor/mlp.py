@@ -65,10 +65,11 @@ import numpy as np
 from ..errors import PredictorError
 from ..specs import GpuSpec
 from . import attention
-from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, VectorBatch, gemm_features,
-                       grown_vectors, log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
+from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, grown_vectors,
+                       log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
 from .kernels import Kernel
 from .rates import peak_flops
+from .vector_batch import VectorBatch
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
