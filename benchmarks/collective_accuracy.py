@@ -17,8 +17,8 @@ systems at once (``fit_harness``): vTrain's nccl-tests drive all GPUs from one p
 a + n x c per call); Vidur's torch timing adds a constant; Aceso's host clock around each torch call adds
 a constant per operation (torch wraps each collective differently: the list forms of all_gather,
 reduce_scatter and all_to_all launch extra copy kernels and flatten or split the lists; send/recv is a
-separate bandwidth script), and the list collectives copy the gathered output / scattered input
-(bytes / memory bandwidth). Vidur's send/recv times the sender, which finishes a buffer ahead of the
+separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
+all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which finishes a buffer ahead of the
 receiver (``sender_s``). Both the model and the
 baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and
 Vidur are inferred from the data (see each YAML's comment).
@@ -124,9 +124,12 @@ def _aceso(data: Path) -> list[Point]:
                 for mb, ms in sorted(times.items()):
                     size = mb * MIB
                     # torch list collectives: all_gather(list, t) gathers n x t and copies it out;
-                    # reduce_scatter(t, list) copies the list in; all_to_all(list, list) copies the output out
+                    # reduce_scatter(t, list) copies the list in. all_to_all(list, list) sends and receives
+                    # each tensor in place (ncclSend / ncclRecv per peer), and the rank's own 1/n of it is a
+                    # copy in device memory: with the whole output copied instead, every box's 2-GPU
+                    # all-to-all came out 8-33 % slow at large sizes (A100 1.33x at 1.2 GiB).
                     total, copy = {"all_gather": (n * size, n * size), "reduce_scatter": (size, size),
-                                   "all_to_all": (size, size)}.get(op, (size, 0.0))
+                                   "all_to_all": (size, size / n)}.get(op, (size, 0.0))
                     out.append(Point(f"aceso {gpu}", "aceso", name, -(-n // per_node), op, tuple(range(n)), total,
                                      sorted(ms)[len(ms) // 2] * 1e-3, copy))
         p2p = list(csv.reader((base / "p2p_intra_node.csv").open()))
