@@ -9,6 +9,14 @@ bias-GELU, bias-dropout-add (run unfused), FusedScaleMaskSoftmax, apex FusedLaye
   (``nn``). The published backward times of every linear op equal its forward time (one GEMM's
   worth, on all five GPUs), not twice it: the profiler evidently did not compute weight (or bias)
   gradients, so no ``tn`` GEMM or bias reduction is listed.
+  Tried (stop 39): the QKV projection is the one linear without ``skip_bias_add``, and on all five held-out
+  GPUs its rows come out 6-28 % faster than the other linears' of the same size, forward and backward.
+  Its bias added unfused (forward) and the split of Q, K, V concatenated back (backward, a copy) made every
+  Aceso linear cell better (one member, seeds 1 / 0: Titan RTX fp16 10.8 -> 9.0 / 11.2 -> 8.9 %, V100
+  6.4 -> 5.3 / 7.1 -> 5.8 %, A100 16.0 -> 15.6 / 15.8 -> 15.2 %), but moved the GEMM network the H200
+  suite relies on (its fp16 linear 9.9 -> 11.9 / 9.8 -> 10.5 %, fp32 BMM 8.4 -> 9.4 / 9.0 -> 9.9 %) and the
+  held-out RTX 3090's BMMs swung (fp16 9.3 -> 20.8 % on seed 1, as in unrelated runs): target cells
+  47 -> 45 / 48 -> 47. Not kept.
 * LayerNorm: apex's fused kernels (``layernorm_fused``; backward its input-gradient kernel and the weight
   gradient's), not PyTorch's native ones, which the other sources measured.
 * Attention score ``Q K^T`` and context ``P V``: batched GEMMs over micro-batch x heads; backward two
