@@ -18,9 +18,8 @@ a + n x c per call); Vidur's torch timing adds a constant; Aceso's host clock ar
 a constant per operation (torch wraps each collective differently: the list forms of all_gather,
 reduce_scatter and all_to_all launch extra copy kernels and flatten or split the lists; send/recv is a
 separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
-all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which finishes a buffer ahead of the
-receiver (``sender_s``). Both the model and the
-baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and
+all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which
+finishes a buffer ahead of the receiver (``sender_s``). Both the model and the baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and
 Vidur are inferred from the data (see each YAML's comment).
 """
 from __future__ import annotations
@@ -126,8 +125,8 @@ def _aceso(data: Path) -> list[Point]:
                     # torch list collectives: all_gather(list, t) gathers n x t and copies it out;
                     # reduce_scatter(t, list) copies the list in. all_to_all(list, list) sends and receives
                     # each tensor in place (ncclSend / ncclRecv per peer), and the rank's own 1/n of it is a
-                    # copy in device memory: with the whole output copied instead, every box's 2-GPU
-                    # all-to-all came out 8-33 % slow at large sizes (A100 1.33x at 1.2 GiB).
+                    # copy in device memory: with the whole output copied instead, the 2-GPU all-to-alls of
+                    # the A100, V100 and RTX 3090 boxes came out 1.2-1.33x slow at large sizes.
                     total, copy = {"all_gather": (n * size, n * size), "reduce_scatter": (size, size),
                                    "all_to_all": (size, size / n)}.get(op, (size, 0.0))
                     out.append(Point(f"aceso {gpu}", "aceso", name, -(-n // per_node), op, tuple(range(n)), total,
