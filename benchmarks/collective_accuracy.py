@@ -19,8 +19,9 @@ a constant per operation (torch wraps each collective differently: the list form
 reduce_scatter and all_to_all launch extra copy kernels and flatten or split the lists; send/recv is a
 separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
 all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which
-finishes a buffer ahead of the receiver (``sender_s``). Both the model and the baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and
-Vidur are inferred from the data (see each YAML's comment).
+finishes a buffer ahead of the receiver (``sender_s``). Both the model and the baseline get the same harness.
+The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and Vidur are inferred from the
+data (see each YAML's comment).
 """
 from __future__ import annotations
 
