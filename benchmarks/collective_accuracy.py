@@ -15,9 +15,9 @@ Each source's timing method adds its own overhead to the NCCL kernel time the mo
 modelled here (never in the simulator) with a few constants per source, fitted over all of that source's
 systems at once (``fit_harness``): vTrain's nccl-tests drive all GPUs from one process (a launch floor of
 a + n x c per call); Vidur's torch timing adds a constant; Aceso's host clock around each torch call adds
-a constant per operation (torch wraps each collective differently: the list forms of all_gather,
-reduce_scatter and all_to_all launch extra copy kernels and flatten or split the lists; send/recv is a
-separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
+a constant per operation (torch wraps each collective differently: the list forms of all_gather and
+reduce_scatter launch extra copy kernels and flatten or split the lists, all_to_all groups a send and a
+receive per peer; send/recv is a separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
 all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which
 finishes a buffer ahead of the receiver (``sender_s``). Both the model and the baseline get the same harness.
 The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and Vidur are inferred from the
