@@ -16,7 +16,8 @@ bias-GELU, bias-dropout-add (run unfused), FusedScaleMaskSoftmax, apex FusedLaye
   6.4 -> 5.3 / 7.1 -> 5.8 %, A100 16.0 -> 15.6 / 15.8 -> 15.2 %), but moved the GEMM network the H200
   suite relies on (its fp16 linear 9.9 -> 11.9 / 9.8 -> 10.5 %, fp32 BMM 8.4 -> 9.4 / 9.0 -> 9.9 %) and the
   held-out RTX 3090's BMMs swung (fp16 9.3 -> 20.8 % on seed 1, as in unrelated runs): target cells
-  47 -> 45 / 48 -> 47. Not kept.
+  47 -> 45 / 48 -> 47. Three members: 47 -> 47 (calibrated 52 -> 49), linear fp16 9.2 -> 8.7 % but bmm
+  tf32 12.1 -> 13.4 %, RTX 3090 fp16 BMM 8.8 -> 11.3 %, H200 fp16 linear 9.4 -> 10.6 %. Not kept.
 * LayerNorm: apex's fused kernels (``layernorm_fused``; backward its input-gradient kernel and the weight
   gradient's), not PyTorch's native ones, which the other sources measured.
 * Attention score ``Q K^T`` and context ``P V``: batched GEMMs over micro-batch x heads; backward two
