@@ -245,10 +245,8 @@ OPS: dict[str, OpClass] = {
     "adam_unfused": OpClass("optimizer", lambda s: 12.0 * _prod(s), _adam_bytes(False)),
 }
 # A fused LayerNorm (Megatron's: apex's ``FusedLayerNorm``, Transformer Engine) moves the same bytes as
-# PyTorch's native kernels but runs its own code, with another speed-by-width curve: a network fitted mostly
-# on native kernels put Aceso's 2560-wide fp16 forward norms at 1.2-1.4x their time, its 7168-wide ones at
-# 0.75-0.96x. The predictor tells them apart by the ``_fused`` in the name (``features.fused_impl``), a
-# property of the software, known at inference from the lowering, not of the GPU.
+# PyTorch's native kernels but runs its own code; the predictor tells them apart by the ``_fused`` in the
+# name (``fused_impl``; the ``features`` docstring says why and what it measured).
 OPS |= {f"layernorm_fused{d}": OPS[f"layernorm{d}"] for d in ("", "_bwd")}
 
 
