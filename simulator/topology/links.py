@@ -17,7 +17,12 @@ All figures are per direction. Sources are digested in ``shared/docs/network-mod
   host memory, and a GPU's sends and receives share one budget of about 0.66 of the PCIe line rate:
   RTX 2080 / Titan RTX Gen3 boxes in Aceso's profiles move 10.4 GB/s one way (point-to-point; Aceso writes
   9.9 MiB/ms) and 4-5 GB/s each way at once (rings, all-to-all).
-* CPU socket interconnect: NCCL's constants (topo.h): Skylake-class UPI 10 GB/s by default.
+* CPU socket interconnect: one Skylake-class UPI link by default, 10.4 GT/s x 2 bytes = 20.8 GB/s per direction
+  (two-socket Xeon Scalable servers have two or three). NCCL's search assumes 10 GB/s (topo.h), but that is what
+  it plans with, not what the link carries: the 8-GPU all-to-alls of Aceso's RTX 2080 / Titan RTX boxes (four
+  GPUs per socket, host-staged) move 12.4 GB/s each way between the sockets (6.2 GB/s of S / t, half of every
+  GPU's bytes crossing); at 10 GB/s they came out 1.24x slow (17 % MAPE), at 13-20.8 GB/s the GPUs' staging
+  budget binds instead (10.5 %, median 1.00).
 * NCCL's socket transport (TCP, no RDMA): one proxy thread per rank drives all of that rank's connections
   (NCCL_SOCKET_NTHREADS / NSOCKS_PERTHREAD default to none / one outside AWS and GCP), so a rank's traffic
   between nodes is capped by what one thread copies: ``SOCKET_PROXY_*`` below.
@@ -39,7 +44,7 @@ SHM_EFFICIENCY = 0.66
 #: unfitted, it gives their all-gather and reduce-scatter 3.6 / 4.5 / 4.9 GB/s against measured fast modes
 #: of 3.1-3.7 / 4.4 / 4.8.
 SHM_RING_FILL_STEPS = 0.45
-CPU_INTERCONNECT_BYTES_PER_S = 10e9
+CPU_INTERCONNECT_BYTES_PER_S = 20.8e9
 #: One rank's socket proxy: one way, and its sends and receives together. Fitted on Vidur's two DGX A100s over
 #: one 200 Gb/s TCP port with one GPU per node: send/recv 7.65-7.8 GB/s from 2 MiB on, a 2-rank all-reduce
 #: 5.8-5.9 GB/s each way at once (11.7 both ways), far below the 23.5 GB/s port. A different host shows the
