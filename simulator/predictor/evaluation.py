@@ -58,7 +58,13 @@ def predict_measurements(predict: KernelPredictor, rows: Sequence[Measurement], 
 
 def _calibration_like(shape: tuple[int, ...]) -> bool:
     """A single GEMM shaped like ``collect --quick``'s: every dimension >= 512 and a multiple of 64,
-    no dimension more than 16x another (not, say, an LM head over a 30,522-word vocabulary)."""
+    no dimension more than 16x another (not, say, an LM head over a 30,522-word vocabulary).
+
+    Tried (stop 40): at most 4x, as in ``collect.CALIBRATION_GEMMS`` themselves. The three-member leave-one-GPU-out
+    folds' calibrated cells went 52 -> 48: it drops NeuSight's 4096 x 4096 x 32768 GEMM (the P100 ran it at 2.9
+    TFLOP/s where its other calibration GEMMs reach 6.7-7.3; P100 BMM 39.6 -> 30.7 %), but picks other slow
+    long-k shapes instead (T4 8192 x 4096 x 16384 at 2.0 TFLOP/s: T4 linear 8.5 -> 23.6 %; RTX 2080 Ti fp32
+    linear 7.3 -> 12.9 %). The GPUs' own GEMMs near the calibration size scatter by up to 2.5x."""
     b, m, n, k = shape
     dims = (m, n, k)
     return b == 1 and min(dims) >= 512 and all(x % 64 == 0 for x in dims) and max(dims) <= 16 * min(dims)
