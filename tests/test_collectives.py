@@ -234,6 +234,14 @@ def test_staged_rings_lose_their_pipeline_fill_like_acesos_pcie_boxes():
         assert busbw_gbps(topo, n, size=GIB) == pytest.approx(measured, rel=0.06)
 
 
+def test_staged_all_to_all_across_sockets_is_bound_by_staging_not_the_socket_link():
+    topo = topo_of("rtx2080x8-pcie")  # four GPUs per socket; Aceso's 8-GPU all-to-all: 6.2 GB/s of S / t
+    est = estimate(topo, "all_to_all", tuple(range(8)), GIB)
+    # every GPU sends and receives 7/8 of S through one staging budget; half of all bytes cross the sockets
+    assert est.algbw_bytes_per_s == pytest.approx(0.66 * 15.76e9 / (2 * 7 / 8), rel=0.05)
+    assert est.algbw_bytes_per_s == pytest.approx(6.2e9, rel=0.06)
+
+
 def test_send_recv_is_the_route_bottleneck():
     topo = build_topology(make_cluster(4, kind="nvlink_mesh"))
     est = estimate(topo, "send_recv", (1, 3), 1e9)
