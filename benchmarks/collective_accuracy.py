@@ -330,6 +330,8 @@ tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's li
 - NVLS reduction efficiency: 0.85 Hopper (NCCL), 0.80 Blackwell (HGX B200 measurements).
 - GPUs without peer-to-peer share a host-staging budget of 0.66 x PCIe line rate for sends and receives
   together (Aceso's RTX 2080 / Titan RTX point-to-point 10.4 GB/s, rings 4-5 GB/s).
+- A CPU socket link carries one UPI link's 20.8 GB/s per direction unless the cluster file says otherwise, not
+  the 10 GB/s NCCL's search plans with (Aceso's RTX 2080 / Titan RTX 8-GPU all-to-all moves 12.4 GB/s across).
 - Socket transport (TCP, no RDMA): each rank's proxy thread moves 7.7 GB/s one way and 11.7 GB/s both
   ways together (Vidur's DGX A100 pair over one 200 Gb/s port, one GPU per node: send/recv 7.65-7.8, a
   2-rank all-reduce 5.8-5.9 each way), and a CPU-attached NIC's channels enter every node through each
