@@ -17,11 +17,11 @@ systems at once (``fit_harness``): vTrain's nccl-tests drive all GPUs from one p
 a + n x c per call); Vidur's torch timing adds a constant; Aceso's host clock around each torch call adds
 a constant per operation (torch wraps each collective differently: the list forms of all_gather and
 reduce_scatter launch extra copy kernels and flatten or split the lists, all_to_all groups a send and a
-receive per peer; send/recv is a separate bandwidth script), and the list collectives copy the gathered output / scattered input, or for
-all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's send/recv times the sender, which
-finishes a buffer ahead of the receiver (``sender_s``). Both the model and the baseline get the same harness.
-The clusters are the shipped topologies/*.yaml; the boxes behind Aceso and Vidur are inferred from the
-data (see each YAML's comment).
+receive per peer; send/recv is a separate bandwidth script), and the list collectives copy the gathered
+output / scattered input, or for all_to_all the rank's own chunk (bytes / memory bandwidth). Vidur's
+send/recv times the sender, which finishes a buffer ahead of the receiver (``sender_s``). Both the model
+and the baseline get the same harness. The clusters are the shipped topologies/*.yaml; the boxes behind
+Aceso and Vidur are inferred from the data (see each YAML's comment).
 """
 from __future__ import annotations
 

@@ -422,5 +422,6 @@ def clock_column(n: int, gpu: GpuSpec) -> np.ndarray:
     return np.full(n, float(np.log(gpu.boost_clock_hz / 1e9)))
 
 
-__all__ = ["log_power_cap", "power_budget_log2_pj", "clock_floor_column", "THROTTLE_ONSET_S", "throttle_length", "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind",
-           "threads_per_sm", "grown_vectors", "padded_gemms"]
+__all__ = ["log_power_cap", "power_budget_log2_pj", "clock_floor_column", "THROTTLE_ONSET_S", "throttle_length",
+           "GEMM_FEATURES", "VECTOR_FEATURES", "gemm_features", "vector_features", "vector_kind", "threads_per_sm",
+           "grown_vectors", "padded_gemms"]
