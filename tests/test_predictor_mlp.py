@@ -159,3 +159,16 @@ def test_shipped_throttling_slopes_never_speed_a_kernel_up():
     slopes = [s for member in MLPPredictor().meta["gpu_offsets"] for routes in member.values()
               for _, s in routes.values()]
     assert slopes and max(slopes) <= 0.0
+
+
+@pytest.mark.parametrize("gpu_name", ["H100-SXM5-80GB", "V100-SXM2-16GB"])  # unmeasured (wgmma) / measured (offsets)
+def test_a_kernel_is_predicted_the_same_alone_and_in_a_mixed_batch(mlp, gpu_name):
+    """Batches are computed per distinct dtype, layout and op, not per kernel (inference speed): a kernel's
+    prediction must not depend on what else is in its batch."""
+    gpu = load_gpu(gpu_name)
+    dtypes = ["fp32"] + [d for d in ("tf32", "fp16", "bf16") if d in gpu.peak_flops_per_s]
+    batch = [k for dtype in dtypes for k in sample_kernels(dtype)]
+    batch = batch[::2] + batch[1::2]  # interleave routes, dtypes and layouts
+    alone = np.array([mlp.latency_s([k], gpu)[0] for k in batch])
+    # float32 networks: BLAS sums a one-row batch in another order than a long one
+    assert np.allclose(mlp.latency_s(batch, gpu), alone, rtol=1e-6, atol=0.0)

@@ -178,6 +178,7 @@ same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 
 """
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -266,6 +267,12 @@ def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
     return np.clip(ratio, -MAX_LOG2_BALANCE, MAX_LOG2_BALANCE)
 
 
+def gemm_shapes(kernels: Sequence[Kernel]) -> np.ndarray:
+    """[N, 4] int64 (b, m, n, k) of GEMM kernels, in one pass without a tuple-to-array conversion per row."""
+    flat = itertools.chain.from_iterable(k.shape for k in kernels)
+    return np.fromiter(flat, dtype=np.int64, count=4 * len(kernels)).reshape(len(kernels), 4)
+
+
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarray | None = None,
                   shapes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES) + 3], ideal time s [N]) for GEMM kernels of one dtype or several:
@@ -274,12 +281,13 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
     kernels' own shapes and the operands' alignment these give (``padded_gemms``)."""
     n = len(kernels)
     if shapes is None:
-        shapes = np.array([k.shape for k in kernels], dtype=np.int64).reshape(n, 4)
-    dtypes = [k.dtype for k in kernels]
+        shapes = gemm_shapes(kernels)
     # per-dtype and per-layout facts looked up once per distinct value (inference speed, as in ``vector_features``)
-    on_tensor = {d: math_unit(k, gpu) == "tensor" for d, k in {k.dtype: k for k in kernels}.items()}
-    tensor = np.array([on_tensor[d] for d in dtypes], dtype=bool).reshape(n)
-    elem = np.array([DTYPE_BYTES[d] for d in dtypes], dtype=float)
+    dtypes, layouts = np.array([k.dtype for k in kernels]), np.array([k.layout for k in kernels])
+    tensor, elem = np.zeros(n, dtype=bool), np.zeros(n)
+    for d, first in zip(*np.unique(dtypes, return_index=True)):
+        tensor[dtypes == d] = math_unit(kernels[first], gpu) == "tensor"
+        elem[dtypes == d] = DTYPE_BYTES[str(d)]
     align = alignment_bytes(shapes[:, 1:], elem) if align_bytes is None else np.asarray(align_bytes, dtype=float)
     peaks = gemm_peaks(dtypes, align, gpu)
     tiles = np.zeros((n, 4), dtype=np.int64)
@@ -300,14 +308,16 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
     t_tiled = np.maximum(waves * resident * 2.0 * tm * tn * k_slice / (peaks / gpu.sms),
                          t_memory + np.where(split > 1, (split + 1) * 4.0 * b * m * nn / bw, 0.0))
     padded = np.ceil(m / tm) * tm * np.ceil(nn / tn) * tn
-    layout_of = np.array([FEATURE_LAYOUT.get(k_.layout, k_.layout) for k_ in kernels], dtype=object).reshape(n)
+    layout_of = layouts.copy()
+    for seen_as, shared in FEATURE_LAYOUT.items():
+        layout_of[layouts == seen_as] = shared
     layout = [(layout_of == x).astype(float) for x in LAYOUTS]
     cols = [_size(t_ideal), _balance(t_compute, t_memory),
             _log2(t_tiled / t_ideal), np.minimum(_log2(waves), MAX_LOG2_WAVES), blocks / (waves * gpu.sms * resident),
             m * nn / np.maximum(padded, 1), _log2(tm), _log2(tn), _log2(split), sliced.astype(float),
             np.minimum(_log2(k_slice), MAX_LOG2_K_PER_CTA), tensor.astype(float), _log2(elem),
             _log2(align), mma_operand_rate(peaks, elem, tensor, gpu),
-            mn_major_operands(kernels, align, gpu)] + layout + [
+            mn_major_operands(dtypes, layouts, align, gpu)] + layout + [
                 power_budget_log2_pj(dtypes, gpu), clock_floor_column(n, gpu), clock_column(n, gpu)]
     return np.column_stack(cols), t_ideal
 
@@ -319,7 +329,7 @@ def padded_gemms(kernels: Sequence[Kernel], x: np.ndarray, gpu: GpuSpec) -> tupl
     rows = np.flatnonzero(x[:, GEMM_FEATURES.index("padding_efficiency")] < 1.0)
     if not len(rows):
         return rows, np.zeros((0, x.shape[1])), np.zeros(0)
-    shapes = np.array([kernels[i].shape for i in rows], dtype=np.int64).reshape(len(rows), 4)
+    shapes = gemm_shapes([kernels[i] for i in rows])
     for dim, col in ((1, "log2_tile_m"), (2, "log2_tile_n")):
         tile = np.rint(2.0 ** x[rows, GEMM_FEATURES.index(col)]).astype(np.int64)
         shapes[:, dim] = -(-shapes[:, dim] // tile) * tile
@@ -339,7 +349,7 @@ def power_budget_log2_pj(dtypes: Sequence[str], gpu: GpuSpec) -> np.ndarray:
     column of ``gemm_features``, read by the power cap, not by the network); ``UNCAPPED_LOG2_PJ`` for
     GEMMs on tensor cores."""
     budget = float(np.log2(gpu.tdp_w / gpu.peak_flops_per_s["fp32"] * 1e12))
-    return np.array([budget if d == "fp32" else UNCAPPED_LOG2_PJ for d in dtypes])
+    return np.where(np.asarray(dtypes) == "fp32", budget, UNCAPPED_LOG2_PJ)
 
 
 def clock_floor_column(n: int, gpu: GpuSpec) -> np.ndarray:

@@ -56,6 +56,7 @@ same weighting of the memory factor made the held-out H200's norms worse (bf16 2
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Optional, Sequence
@@ -67,7 +68,7 @@ from ..specs import GpuSpec
 from . import attention
 from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, grown_vectors,
                        log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
-from .kernels import Kernel
+from .kernels import OPS, Kernel
 from .rates import peak_flops
 from .vector_batch import VectorBatch
 
@@ -204,18 +205,20 @@ class MLPPredictor:
             logs.append(np.log(cycles / gpu.boost_clock_hz + ideal * (1.0 + np.exp(-logit)) * scale))
         return np.exp(np.mean(logs, axis=0))
 
-    def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Uncalibrated (latency, ideal time, route) of each kernel."""
-        routes = ["gemm" if k.family == "gemm" else "attention" if k.family == "attention" else "vector"
-                  for k in kernels]
+        op_index: dict[str, int] = {}  # routes looked up once per distinct op (inference speed)
+        op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64,
+                             count=len(kernels))
+        routes = np.array([OPS[op].family if OPS[op].family in ("gemm", "attention") else "vector"
+                           for op in op_index])[op_idx]
         out, ideal = np.empty(len(kernels)), np.empty(len(kernels))
-        for route in ("gemm", "vector"):
-            idx = [i for i, r in enumerate(routes) if r == route]
-            if idx:
-                out[idx], ideal[idx] = self._route_latency_s(route, [kernels[i] for i in idx], gpu)
-        idx = [i for i, r in enumerate(routes) if r == "attention"]
-        if idx:
-            out[idx], ideal[idx] = self._attention_latency_s([kernels[i] for i in idx], gpu)
+        for route in ("gemm", "vector", "attention"):
+            idx = np.flatnonzero(routes == route)
+            if len(idx):
+                route_s = self._attention_latency_s if route == "attention" else functools.partial(
+                    self._route_latency_s, route)
+                out[idx], ideal[idx] = route_s([kernels[i] for i in idx], gpu)
         return out, ideal, routes
 
     def _attention_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,6 @@ import numpy as np
 
 from ..errors import PredictorError
 from ..specs import GpuSpec
-from .kernels import Kernel
 
 
 #: Architectures without tensor cores. Frameworks run their fp16 GEMMs there as cuBLAS GEMMs with fp32 compute
@@ -100,12 +99,14 @@ MMA_SYNC_FMA_PER_SM_CLOCK = {"fp16": 1024, "bf16": 1024, "tf32": 512}
 def gemm_peaks(dtypes: Sequence[str], align_bytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
     """Matrix FLOP/s each GEMM can reach: the dtype's datasheet rate, or, on a TMA architecture with
     operands off the 16-byte grid, the ``mma.sync`` rate of the Ampere kernels the library falls back to."""
-    rate = {d: peak_flops(d, "gemm", gpu) for d in set(dtypes)}
-    peaks = np.array([rate[d] for d in dtypes], dtype=float)
+    dtypes = np.asarray(dtypes)
+    peaks, legacy = np.empty(len(dtypes)), np.empty(len(dtypes))
+    for d in np.unique(dtypes):  # per distinct dtype, not per kernel (inference speed)
+        sel = dtypes == d
+        peaks[sel] = peak_flops(str(d), "gemm", gpu)
+        legacy[sel] = 2.0 * MMA_SYNC_FMA_PER_SM_CLOCK.get(str(d), np.inf) * gpu.sms * gpu.boost_clock_hz
     if gpu.architecture not in TMA_ARCHITECTURES:
         return peaks
-    legacy_rate = {d: 2.0 * MMA_SYNC_FMA_PER_SM_CLOCK.get(d, np.inf) * gpu.sms * gpu.boost_clock_hz for d in rate}
-    legacy = np.array([legacy_rate[d] for d in dtypes], dtype=float)
     return np.where(np.asarray(align_bytes) < MAX_ALIGNMENT_BYTES, np.minimum(peaks, legacy), peaks)
 
 
@@ -138,12 +139,16 @@ K_MAJOR_ONLY_MMA = {"hopper": ("tf32", "fp8")}
 MN_MAJOR_OPERANDS = {"nt": 0, "nn": 1, "tn": 2}
 
 
-def mn_major_operands(kernels: Sequence[Kernel], align_bytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+def mn_major_operands(dtypes: Sequence[str], layouts: Sequence[str], align_bytes: np.ndarray,
+                      gpu: GpuSpec) -> np.ndarray:
     """How many operands a GEMM's wgmma kernel must transpose on the way in (0, 1 or 2): its MN-major
     operands where the architecture's instruction reads only K-major ones of its dtype, and the library
-    runs that instruction (aligned operands, ``gemm_peaks``); 0 everywhere else."""
-    dtypes = K_MAJOR_ONLY_MMA.get(gpu.architecture, ())
-    if not dtypes:
-        return np.zeros(len(kernels))
-    transposed = np.array([MN_MAJOR_OPERANDS.get(k.layout, 0) if k.dtype in dtypes else 0 for k in kernels], dtype=float)
+    runs that instruction (aligned operands, ``gemm_peaks``); 0 everywhere else. One dtype and layout per GEMM."""
+    k_major_only = K_MAJOR_ONLY_MMA.get(gpu.architecture, ())
+    dtypes, layouts = np.asarray(dtypes), np.asarray(layouts)
+    transposed = np.zeros(len(dtypes))
+    if not k_major_only:
+        return transposed
+    for layout, count in MN_MAJOR_OPERANDS.items():
+        transposed[(layouts == layout) & np.isin(dtypes, k_major_only)] = count
     return np.where(np.asarray(align_bytes) >= MAX_ALIGNMENT_BYTES, transposed, 0.0)

@@ -142,13 +142,15 @@ def choose_gemm_tiles(shapes: np.ndarray, gpu: GpuSpec, unit: str, peak_flops_pe
     for a, rows, sliced in candidates(gpu, unit):
         one_wave = gemm_blocks(shapes, rows, a) < gpu.sms
         for split in SPLIT_K_CHOICES:
-            allowed = np.ones(len(shapes), bool) if split == 1 else one_wave & (shapes[:, 3] >= 256 * split)
-            if not allowed.any():
+            # split-K is only weighed for the GEMMs it may apply to (few of a batch: inference speed)
+            idx = (np.arange(len(shapes)) if split == 1
+                   else np.flatnonzero(one_wave & (shapes[:, 3] >= 256 * split)))
+            if not len(idx):
                 break
-            t = estimated_gemm_time_s(shapes, gpu, rows, a, split, sliced, peak_flops_per_s)
-            better = allowed & (t < best_s * 0.97)
-            best[better] = (rows, a, split, int(sliced))
-            best_s = np.where(better, t, best_s)
+            t = estimated_gemm_time_s(shapes[idx], gpu, rows, a, split, sliced, peak_flops_per_s)
+            better = t < best_s[idx] * 0.97
+            best[idx[better]] = (rows, a, split, int(sliced))
+            best_s[idx[better]] = t[better]
     return best
 
 

@@ -2,6 +2,7 @@
 ``features.grown_vectors``' larger kernels are built as without a ``Kernel`` object each (``mlp``)."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,7 +28,8 @@ class VectorBatch:
         for i, k in enumerate(kernels):
             members.setdefault((k.op, k.dtype, len(k.shape)), []).append(i)
         groups = tuple((op, dtype, np.array(idx, dtype=np.int64),
-                        np.array([kernels[i].shape for i in idx], dtype=np.int64).reshape(len(idx), rank))
+                        np.fromiter(itertools.chain.from_iterable(kernels[i].shape for i in idx), dtype=np.int64,
+                                    count=len(idx) * rank).reshape(len(idx), rank))
                        for (op, dtype, rank), idx in members.items())
         # per-op facts are looked up once per distinct op (batches of 10^5 kernels share a few ops)
         op_index: dict[str, int] = {}
