@@ -142,3 +142,18 @@ def test_shared_data_loads(shared_data):
     assert len(rows) > 10_000 and {m.gpu for m in rows} >= {"T4", "A100-PCIE-40GB"}
     aceso = ds.load_aceso(shared_data)
     assert any(m.kernels[0].dtype == "tf32" for m in aceso) and all(m.latency_s < 10 for m in aceso)
+
+
+def test_best_scale_mape_removes_a_uniform_error_and_never_exceeds_the_plain_mape():
+    import numpy as np
+
+    rows = [ds.Measurement([Kernel("add", "fp32", (1024, n))], "T4", 1e-5 * n / 1024, "neusight", "kernel", "add")
+            for n in (1024, 2048, 4096, 8192)]
+    measured = np.array([m.latency_s for m in rows])
+    (uniform, _), = ev.best_scale_mape_by_group(rows, 1.7 * measured).values()
+    assert uniform == pytest.approx(0.0, abs=1e-9)
+    skewed = measured * np.array([0.8, 1.1, 1.3, 2.0])
+    (plain, n), = ev.mape_by_group(rows, skewed).values()
+    (scaled, n_scaled), = ev.best_scale_mape_by_group(rows, skewed).values()
+    # for ratios 0.8, 1.1, 1.3, 2.0 the best factor is 1 / 1.3 (a grid search over factors agrees): 26.9 % against 40 %
+    assert n == n_scaled == 4 and scaled == pytest.approx(100 * 0.7 / 2.6, abs=1e-9) and plain == pytest.approx(40.0)

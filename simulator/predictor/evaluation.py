@@ -124,6 +124,25 @@ def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[
     return {k: (100.0 * float(np.mean(v)), len(v)) for k, v in sorted(groups.items())}
 
 
+def best_scale_mape_by_group(rows: Sequence[Measurement],
+                             predicted_s: np.ndarray) -> dict[tuple[str, str, str, str], tuple[float, int]]:
+    """Like ``mape_by_group``, after multiplying each group's predictions by the one factor that minimises its
+    MAPE (an oracle: the least error any correction per GPU and class -- a calibration, an offset -- could
+    reach; what is left lies in how the errors vary with the kernels' shapes). The factor minimising
+    sum |c r - 1| over ratios r = predicted / measured is the median of 1 / r weighted by r."""
+    groups: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for m, p in zip(rows, predicted_s):
+        groups[(m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)].append(p / m.latency_s)
+    out = {}
+    for key, ratios in sorted(groups.items()):
+        r = np.asarray(ratios)
+        order = np.argsort(1.0 / r)
+        weight = np.cumsum(r[order])
+        factor = (1.0 / r)[order][np.searchsorted(weight, weight[-1] / 2.0)]
+        out[key] = (100.0 * float(np.mean(np.abs(r * factor - 1.0))), len(r))
+    return out
+
+
 def tile_match(rows: Sequence[Measurement], gpus: dict[str, GpuSpec]) -> dict[str, tuple[float, int]]:
     """{gpu: (% of named GEMM kernels whose tile our heuristic chooses, count)}."""
     hits: dict[str, list[bool]] = defaultdict(list)
