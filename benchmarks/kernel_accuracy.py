@@ -243,8 +243,9 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
            f"Command: `python benchmarks/kernel_accuracy.py{' --quick' if args.quick else ''}` "
            f"(epochs {args.epochs}, ensemble {args.members}, seed {args.seed}, NeuSight epochs {args.neusight_epochs}, "
            f"width {args.neusight_width}, max rows {args.neusight_rows}); "
-           + ("folds trained by earlier runs and reused with `--resume` (a full run: about 1.5 h on 2 cores "
-              "as two `--threads 1 --folds ...` processes)." if args.resume else
+           + ("folds trained by earlier runs and reused with `--resume` (a full run: "
+              + ("a few minutes)." if args.quick else
+                 "about 1.5 h on 2 cores as two `--threads 1 --folds ...` processes).") if args.resume else
               f"{elapsed_s / 60:.0f} min on this machine.")
            + (f" NeuSight columns read from `{args.neusight_from}`, not retrained." if args.neusight_from else ""), "",
            "MAPE (%) of the held-out GPU's measurements; `mlp` = specs only, `mlp+cal` = with an emulated "
