@@ -1,11 +1,13 @@
 """Two paths, one answer: the closed form and the flow model agree when nothing overlaps (within 2%), and
 the flow model slows calls down when they share links."""
+import random
+
 import pytest
 
 from simulator.collectives import estimate, lower_collective
 from simulator.engine import CommTask, Program, run
 from simulator.engine.runner import run_calls
-from simulator.loading import load_cluster
+from simulator.loading import known_names, load_cluster
 from simulator.topology import build_topology
 
 from conftest import make_cluster
@@ -52,6 +54,25 @@ def test_closed_form_and_flows_agree_when_alone(name, nodes, op, group):
         closed = estimate(topo, op, group, size).time_s
         flows = flow_time_s(topo, [lower_collective(topo, op, group, size)])
         assert flows == pytest.approx(closed, rel=0.02), (op, size)
+
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+
+
+@pytest.mark.parametrize("name", known_names("topologies"))
+def test_closed_form_and_flows_agree_on_random_calls_of_every_shipped_cluster(name):
+    """Property form of the above: seeded random groups (any GPUs, any number of them, across nodes) and sizes."""
+    rnd = random.Random(name)
+    cluster = load_cluster(name)
+    nodes = min(cluster.nodes, 4)
+    topo = build_topology(load_cluster(name, nodes))
+    gpus = nodes * cluster.gpus_per_node
+    for op in OPS:
+        group = tuple(sorted(rnd.sample(range(gpus), 2 if op == "send_recv" else rnd.randint(2, gpus))))
+        for size in (rnd.choice((8, 4096, 65536)), rnd.choice((2**20, 2**24)), rnd.choice((2**27, 2**31))):
+            closed = estimate(topo, op, group, size).time_s
+            assert flow_time_s(topo, [lower_collective(topo, op, group, size)]) == pytest.approx(closed, rel=0.02), \
+                (op, group, size)
 
 
 @pytest.mark.parametrize("algorithm,protocol", [("ring", "LL"), ("ring", "LL128"), ("tree", "Simple"),
