@@ -178,7 +178,6 @@ same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 
 """
 from __future__ import annotations
 
-import itertools
 from typing import Sequence
 
 import numpy as np
@@ -188,7 +187,7 @@ from .kernels import OPS, Kernel
 from .rates import alignment_bytes, gemm_peaks, integer_ops_per_s, mma_operand_rate, mn_major_operands
 from .tiling import (choose_gemm_tiles, ctas_per_sm, gemm_blocks, gemm_waves, math_unit, threads_per_sm,
                      vector_blocks, vector_waves)
-from .vector_batch import VectorBatch
+from .vector_batch import VectorBatch, stacked_shapes
 
 LAYOUTS = ("nn", "nt")
 #: Layouts the features cannot tell apart from another one (see the module docstring).
@@ -267,12 +266,6 @@ def _balance(t_compute_s: np.ndarray, t_memory_s: np.ndarray) -> np.ndarray:
     return np.clip(ratio, -MAX_LOG2_BALANCE, MAX_LOG2_BALANCE)
 
 
-def gemm_shapes(kernels: Sequence[Kernel]) -> np.ndarray:
-    """[N, 4] int64 (b, m, n, k) of GEMM kernels, in one pass without a tuple-to-array conversion per row."""
-    flat = itertools.chain.from_iterable(k.shape for k in kernels)
-    return np.fromiter(flat, dtype=np.int64, count=4 * len(kernels)).reshape(len(kernels), 4)
-
-
 def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarray | None = None,
                   shapes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(features [N, len(GEMM_FEATURES) + 3], ideal time s [N]) for GEMM kernels of one dtype or several:
@@ -281,13 +274,13 @@ def gemm_features(kernels: Sequence[Kernel], gpu: GpuSpec, align_bytes: np.ndarr
     kernels' own shapes and the operands' alignment these give (``padded_gemms``)."""
     n = len(kernels)
     if shapes is None:
-        shapes = gemm_shapes(kernels)
+        shapes = stacked_shapes(kernels, 4)  # (b, m, n, k)
     # per-dtype and per-layout facts looked up once per distinct value (inference speed, as in ``vector_features``)
     dtypes, layouts = np.array([k.dtype for k in kernels]), np.array([k.layout for k in kernels])
     tensor, elem = np.zeros(n, dtype=bool), np.zeros(n)
     for d, first in zip(*np.unique(dtypes, return_index=True)):
-        tensor[dtypes == d] = math_unit(kernels[first], gpu) == "tensor"
-        elem[dtypes == d] = DTYPE_BYTES[str(d)]
+        sel = dtypes == d
+        tensor[sel], elem[sel] = math_unit(kernels[first], gpu) == "tensor", DTYPE_BYTES[str(d)]
     align = alignment_bytes(shapes[:, 1:], elem) if align_bytes is None else np.asarray(align_bytes, dtype=float)
     peaks = gemm_peaks(dtypes, align, gpu)
     tiles = np.zeros((n, 4), dtype=np.int64)
@@ -329,7 +322,7 @@ def padded_gemms(kernels: Sequence[Kernel], x: np.ndarray, gpu: GpuSpec) -> tupl
     rows = np.flatnonzero(x[:, GEMM_FEATURES.index("padding_efficiency")] < 1.0)
     if not len(rows):
         return rows, np.zeros((0, x.shape[1])), np.zeros(0)
-    shapes = gemm_shapes([kernels[i] for i in rows])
+    shapes = stacked_shapes([kernels[i] for i in rows], 4)
     for dim, col in ((1, "log2_tile_m"), (2, "log2_tile_n")):
         tile = np.rint(2.0 ** x[rows, GEMM_FEATURES.index(col)]).astype(np.int64)
         shapes[:, dim] = -(-shapes[:, dim] // tile) * tile

@@ -56,7 +56,6 @@ same weighting of the memory factor made the held-out H200's norms worse (bf16 2
 """
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Optional, Sequence
@@ -70,7 +69,7 @@ from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES,
                        log_power_cap, offset_slot, padded_gemms, throttle_length, vector_features)
 from .kernels import OPS, Kernel
 from .rates import peak_flops
-from .vector_batch import VectorBatch
+from .vector_batch import VectorBatch, op_codes
 
 WEIGHTS_DIR = Path(__file__).with_name("weights")
 FEATURES = {"gemm": GEMM_FEATURES, "vector": VECTOR_FEATURES}
@@ -185,7 +184,8 @@ class MLPPredictor:
         """Each kernel's offset slot (``features.OFFSET_SLOTS``) on a GPU of the training data, else None."""
         if not any(gpu.name in offsets for offsets in self.gpu_offsets):
             return None
-        return np.array([SLOT_INDEX[offset_slot(k.op)] for k in kernels])
+        codes, ops = op_codes(kernels)
+        return np.array([SLOT_INDEX[offset_slot(op)] for op in ops], dtype=np.int64)[codes]
 
     def _member_latency_s(self, route: str, slot_idx: Optional[np.ndarray], gpu: GpuSpec, x: np.ndarray,
                           ideal: np.ndarray) -> np.ndarray:
@@ -207,18 +207,16 @@ class MLPPredictor:
 
     def raw_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Uncalibrated (latency, ideal time, route) of each kernel."""
-        op_index: dict[str, int] = {}  # routes looked up once per distinct op (inference speed)
-        op_idx = np.fromiter((op_index.setdefault(k.op, len(op_index)) for k in kernels), dtype=np.int64,
-                             count=len(kernels))
+        codes, ops = op_codes(kernels)
         routes = np.array([OPS[op].family if OPS[op].family in ("gemm", "attention") else "vector"
-                           for op in op_index])[op_idx]
+                           for op in ops])[codes]
         out, ideal = np.empty(len(kernels)), np.empty(len(kernels))
         for route in ("gemm", "vector", "attention"):
             idx = np.flatnonzero(routes == route)
             if len(idx):
-                route_s = self._attention_latency_s if route == "attention" else functools.partial(
-                    self._route_latency_s, route)
-                out[idx], ideal[idx] = route_s([kernels[i] for i in idx], gpu)
+                subset = [kernels[i] for i in idx]
+                out[idx], ideal[idx] = (self._attention_latency_s(subset, gpu) if route == "attention"
+                                        else self._route_latency_s(route, subset, gpu))
         return out, ideal, routes
 
     def _attention_latency_s(self, kernels: Sequence[Kernel], gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray]:
