@@ -41,6 +41,20 @@ cell moved by 0.2 pp (the measured data has few such small kernels). The grown k
 benchmark batch cost 12-25 % of the throughput (stop 36); as arrays, the benchmark's 50,000 norms take 5-15 %
 longer and the whole batch 2-4 % (back-to-back runs, stop 37).
 
+Tried and not kept (stop 42): the other direction, a lower bound by work conservation. Once a kernel with its
+first dimension halved (quartered, ...) fills W full waves, each wave of the whole kernel takes at least its time
+over W + 1 (a ramp of up to one wave), so the kernel of w waves takes at least w / (W + 1) times it, both less the
+fixed time. The networks break it: over the 22 catalog GPUs, two dtypes, 38 vector ops at 1,024-8,192 columns and
+256-131,072 rows, 254 of 38,926 doublings come out more than 10 % below the bound (down to 0.59 of it), mostly
+16-bit softmax, causal softmax and cross-entropy at 4,096 columns from 8,192 to 32,768 rows: the H200's bf16
+softmax at 8,192 / 16,384 / 24,576 rows of 4,096 is predicted at 121 / 126 / 130 us (measured 111 and 222 us for
+the first two). The bound (smaller kernels of 2-16 waves) removed all 254 and put the 16,384 rows at 188 us, but
+leave-one-GPU-out (three members, ``--resume``) met 43 instead of 46 target cells: Aceso's fp16 causal softmax went
+from 2.2-11.8 % to 29.6-94.7 % (Megatron's kernel runs a warp per row, four rows per CTA, so one CTA per row
+overstates its waves, and the networks' smaller kernels there are extrapolations) and NeuSight's fp32 norms lost
+0.3-2.3 pp; the held-out H200's spec-only cells did not move. With the shipped weights the T4's NeuSight norms went 11.5 ->
+18.3 %: its measured norms themselves speed up with rows faster than the bound allows (30-47 waves of short rows).
+
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
 
