@@ -25,8 +25,12 @@ def test_row_conversion():
     assert kernel_from_row({"OPName": "linear", "B": "2", "M": "3", "N": "4", "K": "5"}, 2, "f") == \
         Kernel("gemm", "fp32", (1, 6, 5, 4), "nt")  # nn.Linear over B x M rows
     assert kernel_from_row({"OPName": "gelu", "B": "2", "H": "7", "dtype": "bf16"}, 2, "f") == Kernel("gelu", "bf16", (2, 7))
-    with pytest.raises(ConfigError, match="line 3"):
+    with pytest.raises(ConfigError, match="line 3: OPName = 'conv': unknown op"):
         kernel_from_row({"OPName": "conv", "B": "1", "H": "1"}, 3, "f")
+    assert kernel_from_row({"OPName": "bmm", "B": "2.0", "M": "3", "N": "4", "K": "5"}, 2, "f").shape == (2, 3, 5, 4)
+    for bad in ("1.5", "-4", "x", "inf"):  # never truncated or wrapped into another kernel
+        with pytest.raises(ConfigError, match=f"M = '{bad}': expected a whole number"):
+            kernel_from_row({"OPName": "bmm", "B": "2", "M": bad, "N": "4", "K": "5"}, 2, "f")
     with pytest.raises(ConfigError, match="dtype"):
         kernel_from_row({"OPName": "add", "B": "1", "H": "1", "dtype": "int8"}, 3, "f")
 

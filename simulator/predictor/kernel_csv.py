@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import csv
 import gzip
+import math
 
 from ..errors import ConfigError
 from ..units import DTYPES
-from .kernels import Kernel
+from .kernels import OPS, Kernel
 
 #: NeuSight ``OPName`` -> kernel op (``predict-kernels`` also accepts this project's op names).
 NEUSIGHT_NAMES = {"bmm": "gemm", "linear": "gemm", "ln": "layernorm", "addu": "add_scalar", "mulu": "mul_scalar",
@@ -22,9 +23,12 @@ def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
         raise ConfigError(source, f"line {line}: {column}", row.get(column),
                           "missing (bmm/linear rows need B, M, N, K; vector ops B, H)")
     try:
-        return int(float(row[column]))
+        value = float(row[column])  # NeuSight's files write some dimensions as 512.0
     except (TypeError, ValueError):
-        raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected an integer") from None
+        value = math.nan
+    if not value.is_integer() or value < 0:
+        raise ConfigError(source, f"line {line}: {column}", row.get(column), "expected a whole number >= 0")
+    return int(value)
 
 
 def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
@@ -37,6 +41,9 @@ def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
     if dtype not in DTYPES:
         raise ConfigError(source, f"line {line}: dtype", dtype, f"expected one of {', '.join(DTYPES)}")
     op = NEUSIGHT_NAMES.get(name, name)
+    if op not in OPS:
+        raise ConfigError(source, f"line {line}: OPName", name,
+                          f"unknown op; known: {', '.join(sorted(set(OPS) | set(NEUSIGHT_NAMES)))}")
     try:
         if op == "gemm":
             b, m, n, k = (_int(row, c, line, source) for c in "BMNK")
@@ -44,7 +51,7 @@ def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
                 return Kernel("gemm", dtype, (1, b * m, k, n), "nt")
             return Kernel("gemm", dtype, (b, m, k, n), "nn")
         return Kernel(op, dtype, (_int(row, "B", line, source), _int(row, "H", line, source)))
-    except ValueError as exc:  # unknown op or negative dimension
+    except ValueError as exc:  # an op whose shape is not B x H (attention, embedding backward)
         raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
 
 
