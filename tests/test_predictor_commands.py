@@ -198,3 +198,13 @@ def test_predict_kernels_writes_stdout_for_dash(tmp_path, capsys):
     row = next(csv.DictReader(capsys.readouterr().out.splitlines()))
     assert row["OPName"] == "gelu" and float(row["predicted_ms"]) > 0
     assert not (tmp_path / "-").exists()
+
+
+def test_fit_predictor_refuses_a_folder_without_the_shared_sources(tmp_path, capsys):
+    """A wrong --data must not train silently on the project's own H200 folders alone."""
+    pytest.importorskip("torch")
+    (tmp_path / "data").mkdir()
+    assert main(["fit-predictor", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no NeuSight, Vidur or Aceso measurements" in err[0]
+    assert not (tmp_path / "w").exists()
