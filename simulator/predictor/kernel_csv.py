@@ -23,7 +23,7 @@ def _int(row: dict[str, str], column: str, line: int, source: str) -> int:
         raise ConfigError(source, f"line {line}: {column}", row.get(column),
                           "missing (bmm/linear rows need B, M, N, K; vector ops B, H)")
     try:
-        value = float(row[column])  # NeuSight's files write some dimensions as 512.0
+        value = float(row[column])  # 512.0 (as a spreadsheet may write it) is 512
     except (TypeError, ValueError):
         value = math.nan
     if not value.is_integer() or value < 0:

@@ -52,8 +52,9 @@ the first two). The bound (smaller kernels of 2-16 waves) removed all 254 and pu
 leave-one-GPU-out (three members, ``--resume``) met 43 instead of 46 target cells: Aceso's fp16 causal softmax went
 from 2.2-11.8 % to 29.6-94.7 % (Megatron's kernel runs a warp per row, four rows per CTA, so one CTA per row
 overstates its waves, and the networks' smaller kernels there are extrapolations) and NeuSight's fp32 norms lost
-0.3-2.3 pp; the held-out H200's spec-only cells did not move. With the shipped weights the T4's NeuSight norms went 11.5 ->
-18.3 %: its measured norms themselves speed up with rows faster than the bound allows (30-47 waves of short rows).
+0.3-2.3 pp; the held-out H200's spec-only cells did not move. With the shipped weights the T4's NeuSight norms
+went 11.5 -> 18.3 %: its measured norms speed up with rows faster than the bound allows (30-47 waves of short
+rows).
 
 A GPU that was in the training data keeps its fitted offset and throttling slope (``model``); any
 other GPU is predicted as the typical GPU from its specs alone.
