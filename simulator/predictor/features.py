@@ -175,6 +175,13 @@ A100 80GB Vidur norms 32.7 -> 29.4 / 34.5 -> 27.7 %, but H200 elementwise bf16 3
 33 -> 30 / 30 -> 32 cells, H200 elementwise bf16 34.8 -> 46.8 / 35.3 -> 37.5 %. Neither was kept. In the
 same runs a floor of 2 us under the GEMM size feature (the held-out H200's 2-16 us GEMMs come out
 1.3-1.4x too slow) met 33 -> 32 / 30 -> 31 cells with every class mean within 0.5 pp: not kept either.
+As a feature the ratio could not let a kernel beat the DRAM roofline, which bounds every prediction, so stop 42
+put the L2 in the vector kernels' ideal time instead: the share 1 - bytes / L2 of the bytes (0 past the L2's
+size) at 2.5x the DRAM bandwidth (about the L2 / DRAM ratio of the A100, H100 and V100 in public
+microbenchmarks). Three-member leave-one-GPU-out, retrained: 46 -> 45 target cells. The held-out H200's suite
+elementwise fp32 went 31.5 -> 25.3 %, softmax bf16 57.2 -> 52.0 %, but its norms bf16 20.9 -> 25.9 %, Vidur's
+A40 elementwise 15.3 -> 22.8 % and norms 42.5 -> 49.7 %, A100 80GB norms 33.1 -> 38.2 %, V100 SXM2 Aceso
+elementwise fp32 10.7 -> 11.3 % (its cell lost).
 """
 from __future__ import annotations
 
