@@ -272,6 +272,22 @@ def load_all(root: Path, include_test: bool = False) -> tuple[list[Measurement],
     return rows, gpus
 
 
+#: The shared data's sources (the loaders above, by the name a user knows them by).
+SHARED_SOURCES = {"NeuSight": "neusight", "Vidur": "vidur", "Aceso": "aceso"}
+
+
+def check_shared_sources(rows: Iterable[Measurement], root: Path, log=None) -> None:
+    """``fit-predictor``'s check of ``--data``: a folder holding none of the shared sources is a user mistake
+    (training would use the project's own folders alone); one lacking some is noted through ``log``."""
+    found = {m.source for m in rows}
+    missing = [name for name, source in SHARED_SOURCES.items() if source not in found]
+    if len(missing) == len(SHARED_SOURCES):
+        raise ConfigError("command line", "--data", str(root), "no NeuSight, Vidur or Aceso measurements under it "
+                          "(expected neusight/kernels/train, vidur/compute, sailor/aceso)")
+    if missing and log:
+        log(f"note: no {', '.join(missing)} measurements under {root}; training without them")
+
+
 def data_hash(rows: Iterable[Measurement]) -> str:
     """Order-independent SHA-256 (first 16 hex digits) of the measurements, for weights metadata."""
     digest = hashlib.sha256()

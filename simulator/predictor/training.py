@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, PredictorError
+from ..errors import PredictorError
 from ..specs import GpuSpec
 from .dataset import Measurement
 from .features import (GEMM_FEATURES, OFFSET_SLOTS, SLOT_INDEX, VECTOR_FEATURES, gemm_features, offset_slot,
@@ -368,11 +368,6 @@ def fit_ensemble(d: Design, config: FitConfig, members: int = ENSEMBLE, log=None
     return [fit(d, replace(config, seed=config.seed + j), log) for j in range(members)]
 
 
-#: The shared data's sources (``dataset``'s loaders, by the name a user knows them by): ``fit-predictor``
-#: refuses a folder holding none of them.
-SHARED_SOURCES = {"NeuSight": "neusight", "Vidur": "vidur", "Aceso": "aceso"}
-
-
 def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None, seed: int = 0,
                      members: int = ENSEMBLE, log=None, threads: int | None = None) -> dict:
     """``fit-predictor``: load every source, hold out a random 10 % for the validation errors written
@@ -381,16 +376,11 @@ def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None,
         import torch
     except ImportError:
         raise PredictorError("fit-predictor needs torch (pip install torch)") from None
-    from .dataset import data_dir, data_hash, load_all
+    from .dataset import check_shared_sources, data_dir, data_hash, load_all
 
     root = data_dir(data)
     rows, gpus = load_all(root)
-    missing = [name for name, source in SHARED_SOURCES.items() if not any(m.source == source for m in rows)]
-    if len(missing) == len(SHARED_SOURCES):  # only the project's own folders: a wrong --data, not a choice
-        raise ConfigError("command line", "--data", str(root), "no NeuSight, Vidur or Aceso measurements under it "
-                          "(expected neusight/kernels/train, vidur/compute, sailor/aceso)")
-    if missing and log:
-        log(f"note: no {', '.join(missing)} measurements under {root}; training without them")
+    check_shared_sources(rows, root, log)
     rows = trainable(rows)
     config = replace(SHIPPED, epochs=epochs or SHIPPED.epochs, seed=seed, threads=threads or SHIPPED.threads)
     d = design(rows, gpus)
