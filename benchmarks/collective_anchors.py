@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simulator.collectives.cost import estimate  # noqa: E402
-from simulator.loading import cluster_from_mapping  # noqa: E402
+from simulator.loading import cluster_from_mapping, load_cluster  # noqa: E402
 from simulator.topology import build_topology  # noqa: E402
 
 MIB = 2**20
@@ -37,15 +37,32 @@ def _hgx(gpu: str, nics: int, gbps: int, gpus_per_node: int = 8) -> dict:
             "inter_node": {"nics_per_node": nics, "nic_bandwidth_Gbps": gbps, "latency_us": 5.0}}
 
 
-#: Multi-node systems of network-model.md 3.3 that no constant was fitted on, all-reduce bus bandwidth:
-#: (label, cluster mapping, nodes, GPUs per node used, size bytes, measured GB/s, source). The clusters
-#: are written from the sources' descriptions; the model picks its own algorithm.
+def _bridged_pair(gpu: str) -> dict:
+    """Two PCIe cards joined by NVLink bridges (the catalog's bridge links for ``gpu``)."""
+    return {"name": f"{gpu} x2, NVLink bridge", "gpu": gpu, "nodes": 1, "gpus_per_node": 2,
+            "intra_node": {"kind": "nvlink_pairs", "latency_us": 1.0}}
+
+
+#: Systems of network-model.md 3.1 and 3.3 that no constant was fitted on, all-reduce bus bandwidth:
+#: (label, cluster mapping, nodes, GPUs per node used, size bytes, algorithm or None, measured GB/s, source).
+#: The clusters are written from the sources' descriptions; with algorithm None the model picks its own (an
+#: algorithm is named only where the source turned NVLS off). The DGX H100 ring at 8 GPUs and the NVLS rows at
+#: 8 GPUs are the anchors above (fitted: NVLink 4 efficiency); the same sources' smaller groups are held out.
 HELD_OUT = [
-    ("HGX A100, 4x HDR per node, 2 nodes", _hgx("A100-SXM4-80GB", 4, 200), 2, 8, 8 * 2**30, 91.0,
+    ("DGX H100, 2 GPUs, ring", "dgx-h100", 1, 2, 8 * 2**30, "ring", 365.0, "nccl#1455: 365-370 at 2-8 GPUs"),
+    ("DGX H100, 4 GPUs, ring", "dgx-h100", 1, 4, 8 * 2**30, "ring", 365.0, "nccl#1455: 365-370 at 2-8 GPUs"),
+    ("DGX H100, 5 GPUs", "dgx-h100", 1, 5, 8 * 2**30, None, 420.0, "nccl#1455 (NVLS)"),
+    ("DGX H100, 6 GPUs", "dgx-h100", 1, 6, 8 * 2**30, None, 440.0, "nccl#1455 (NVLS)"),
+    ("DGX H100, 7 GPUs", "dgx-h100", 1, 7, 8 * 2**30, None, 460.0, "nccl#1455 (NVLS)"),
+    ("HGX B200, 6 GPUs", "dgx-b200", 1, 6, 8 * 2**30, None, 778.0, "stas00 (NVLS)"),
+    ("HGX B200, 7 GPUs", "dgx-b200", 1, 7, 8 * 2**30, None, 811.0, "stas00 (NVLS)"),
+    ("H100 PCIe x2, NVLink bridge", _bridged_pair("H100-PCIE-80GB"), 1, 2, 8 * 2**30, None, 116.0,
+     "nccl#1161 (size not given)"),
+    ("HGX A100, 4x HDR per node, 2 nodes", _hgx("A100-SXM4-80GB", 4, 200), 2, 8, 8 * 2**30, None, 91.0,
      "nccl-tests#100 (100 theoretical)"),
-    ("A100, 4x HDR per node, 3 nodes", _hgx("A100-SXM4-80GB", 4, 200), 3, 8, 8 * 2**30, 84.8,
+    ("A100, 4x HDR per node, 3 nodes", _hgx("A100-SXM4-80GB", 4, 200), 3, 8, 8 * 2**30, None, 84.8,
      "nccl-tests#119: 84.8 average, 96 peak"),
-    ("H100, 2 nodes x 1 GPU, 4x NDR, 32 MB", _hgx("H100-SXM5-80GB", 4, 400, 1), 2, 1, 32 * MIB, 41.0,
+    ("H100, 2 nodes x 1 GPU, 4x NDR, 32 MB", _hgx("H100-SXM5-80GB", 4, 400, 1), 2, 1, 32 * MIB, None, 41.0,
      "nccl-tests#232: ~41 (one GPU cannot drive 4 NICs)"),
 ]
 
@@ -72,9 +89,10 @@ def mid_size_curve(topo_for) -> list[dict]:
 
 def held_out() -> list[dict]:
     rows = []
-    for label, mapping, nodes, ppn, size, measured, source in HELD_OUT:
-        topo = build_topology(cluster_from_mapping(mapping, "benchmarks/collective_anchors.py", nodes=nodes))
-        est = estimate(topo, "all_reduce", _group(topo, nodes, ppn), size)
+    for label, mapping, nodes, ppn, size, algorithm, measured, source in HELD_OUT:
+        topo = build_topology(load_cluster(mapping, nodes) if isinstance(mapping, str)
+                              else cluster_from_mapping(mapping, "benchmarks/collective_anchors.py", nodes=nodes))
+        est = estimate(topo, "all_reduce", _group(topo, nodes, ppn), size, algorithm=algorithm)
         rows.append(dict(_row(label, measured, est, source), algorithm=f"{est.algorithm} {est.protocol}",
                          size_MiB=size // MIB))
     return rows
