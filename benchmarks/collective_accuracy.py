@@ -369,11 +369,8 @@ all-gather run 2.4-3x slower than their neighbours at one set of sizes (per rank
 list forms copy their tensors, and weight-shaped tensors may be strided views (a guess; the files give only
 the size). These 56 of its 979 readings carry 3.2 points of its MAPE (9.2 % without them).
 
-Held out below: nccl#1161's two H100 PCIe cards on NVLink bridges run a 2-GPU all-reduce at 116 GB/s bus
-bandwidth, half the model's 244 (the catalog's 12 bridge links, 300 GB/s per direction, at NVLink 4's 0.815).
-Vidur's A100 PCIe pair, bridged the same way with 12 NVLink 3 links, reaches 195 GB/s at 500 MiB and the model
-follows it (198); the issue gives no message size, NCCL version or bridge count, so the row is reported, not
-fitted.
+Held out below: nccl#1161's bridged H100 PCIe pair (116 GB/s) is half the model's 244, where Vidur's A100 pair,
+bridged the same way, is followed (195 GB/s at 500 MiB, model 198); the issue gives no size or bridge count.
 """
 
 
