@@ -115,27 +115,30 @@ def emulated_calibration(rows: Sequence[Measurement], timing: dict, per_dtype: i
     return cal
 
 
-def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[tuple[str, str, str, str], tuple[float, int]]:
-    """{(gpu, dataset, class, dtype): (MAPE %, count)}."""
-    groups: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+Cell = tuple[str, str, str, str]  # (gpu, dataset, class, dtype)
+
+
+def _ratios_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, np.ndarray]:
+    """{(gpu, dataset, class, dtype): predicted / measured of its rows}, in key order."""
+    groups: dict[Cell, list[float]] = defaultdict(list)
     for m, p in zip(rows, predicted_s):
-        key = (m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)
-        groups[key].append(abs(p / m.latency_s - 1.0))
-    return {k: (100.0 * float(np.mean(v)), len(v)) for k, v in sorted(groups.items())}
+        groups[(m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)].append(p / m.latency_s)
+    return {k: np.asarray(v) for k, v in sorted(groups.items())}
 
 
-def best_scale_mape_by_group(rows: Sequence[Measurement],
-                             predicted_s: np.ndarray) -> dict[tuple[str, str, str, str], tuple[float, int]]:
+def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, tuple[float, int]]:
+    """{(gpu, dataset, class, dtype): (MAPE %, count)}."""
+    return {k: (100.0 * float(np.mean(np.abs(r - 1.0))), len(r))
+            for k, r in _ratios_by_group(rows, predicted_s).items()}
+
+
+def best_scale_mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, tuple[float, int]]:
     """Like ``mape_by_group``, after multiplying each group's predictions by the one factor that minimises its
     MAPE (an oracle: the least error any correction per GPU and class -- a calibration, an offset -- could
     reach; what is left lies in how the errors vary with the kernels' shapes). The factor minimising
     sum |c r - 1| over ratios r = predicted / measured is the median of 1 / r weighted by r."""
-    groups: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
-    for m, p in zip(rows, predicted_s):
-        groups[(m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)].append(p / m.latency_s)
     out = {}
-    for key, ratios in sorted(groups.items()):
-        r = np.asarray(ratios)
+    for key, r in _ratios_by_group(rows, predicted_s).items():
         order = np.argsort(1.0 / r)
         weight = np.cumsum(r[order])
         factor = (1.0 / r)[order][np.searchsorted(weight, weight[-1] / 2.0)]
