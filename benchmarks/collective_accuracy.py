@@ -269,8 +269,25 @@ def summarise(points, model, base, raw) -> dict:
     return out
 
 
+def contributors(points, model, min_share_pp: float = 1.5) -> list[dict]:
+    """Where each system's MAPE comes from: per (system, size half, op, GPUs) the points, their MAPE, the
+    points of the system's MAPE in that half they carry (``share_pp``; a half's shares add up to its MAPE)
+    and their median predicted / measured; the groups carrying at least ``min_share_pp``, largest first."""
+    groups: dict[tuple, list[float]] = {}
+    for p, m in zip(points, model):
+        half = "<1 MiB" if p.size_bytes < MIB else ">=1 MiB"
+        groups.setdefault((p.system, half, p.op, len(p.group)), []).append(m / p.time_s)
+    sizes: dict[tuple, int] = {}
+    for (system, half, *_), r in groups.items():
+        sizes[system, half] = sizes.get((system, half), 0) + len(r)
+    rows = [{"system": system, "sizes": half, "op": op, "gpus": n, "n": len(r),
+             "mape": _mape(r, [1.0] * len(r)), "share_pp": 100.0 * sum(abs(x - 1) for x in r) / sizes[system, half],
+             "median_ratio": sorted(r)[len(r) // 2]} for (system, half, op, n), r in groups.items()]
+    return sorted((r for r in rows if r["share_pp"] >= min_share_pp), key=lambda r: -r["share_pp"])
+
+
 def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: list[dict],
-             held_rows: list[dict]) -> str:
+             held_rows: list[dict], contributor_rows: list[dict]) -> str:
     lines = ["# Collective model accuracy", "",
              "MAPE (%) of predicted vs measured call time, per system and message-size decade (bytes);",
              "each cell: model / alpha-beta baseline (n = points). `raw` = the model without the timing-harness",
@@ -283,6 +300,11 @@ def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: 
         dec = [f"{s['decades'][l]['model']:.1f} / {s['decades'][l]['alpha_beta']:.1f}" if l in s["decades"] else "-"
                for *_, l in DECADES]
         lines.append(f"| {name} | {cell(s['below_1MiB'])} | {cell(s['from_1MiB'])} | " + " | ".join(dec) + " |")
+    lines += ["", "Where the error is: the (system, sizes, op, GPUs) groups carrying at least 1.5 points of their system's",
+              "MAPE in that size half (`share`: the half's shares add up to its MAPE); `ratio` = median predicted / measured.", "",
+              "| system | sizes | op | GPUs | n | MAPE | share | ratio |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {c['system']} | {c['sizes']} | {c['op']} | {c['gpus']} | {c['n']} | {c['mape']:.1f} | "
+              f"{c['share_pp']:.1f} | {c['median_ratio']:.2f} |" for c in contributor_rows]
     lines += ["", "Timing-harness constants fitted per source (all its systems at once):", ""]
     lines += [f"- `{k}` = {v:.3g}" for k, v in harness.items()]
     lines += ["", NOTES]
@@ -394,14 +416,15 @@ def main(argv=None) -> int:
     model = [harness_s(p, k, harness) for p, k in zip(points, kernel)]
     base = [harness_s(p, k, harness) for p, k in zip(points, base_kernel)]
     summary = summarise(points, model, base, kernel)
+    contributor_rows = contributors(points, model)
     anchor_rows, curve_rows, held_rows = anchors(topo_for), mid_size_curve(topo_for), held_out()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(summary, harness, anchor_rows, curve_rows, held_rows)
+    text = markdown(summary, harness, anchor_rows, curve_rows, held_rows, contributor_rows)
     (out / "collective_accuracy.md").write_text(text)
     (out / "collective_accuracy.json").write_text(json.dumps(
         {"summary": summary, "harness": harness, "anchors": anchor_rows, "mid_size_curve": curve_rows,
-         "held_out": held_rows, "points": len(points)}, indent=1) + "\n")
+         "held_out": held_rows, "contributors": contributor_rows, "points": len(points)}, indent=1) + "\n")
     print(text)
     return 0
 

@@ -52,3 +52,17 @@ def test_a_p2p_read_sender_runs_a_buffer_ahead_only_between_ga100s_over_nvlink()
     assert ca.sender_s(big, big_s, h) == pytest.approx(big_s - 6 * MIB / link)  # past the buffer: the link's pace
     h100 = send("dgx-h100", 4 * MIB)
     assert ca.sender_s(h100, ca.model_s(h100), h) == ca.model_s(h100)
+
+
+def test_contributors_shares_add_up_to_each_halfs_mape():
+    pt = lambda op, n, size, t: ca.Point("box", "vidur", "dgx-a100", 1, op, tuple(range(n)), size, t)  # noqa: E731
+    points = [pt("all_reduce", 2, MIB, 1.0), pt("all_reduce", 2, 2 * MIB, 1.0), pt("send_recv", 2, 4 * MIB, 1.0),
+              pt("all_reduce", 4, 1024, 1.0)]
+    model = [1.2, 1.0, 0.7, 2.0]  # errors 20, 0, 30 % from 1 MiB; 100 % below
+    rows = {(r["sizes"], r["op"], r["gpus"]): r for r in ca.contributors(points, model, min_share_pp=0.0)}
+    large = [r for (half, *_), r in rows.items() if half == ">=1 MiB"]
+    assert sum(r["share_pp"] for r in large) == pytest.approx(50.0 / 3)  # the half's MAPE
+    assert rows[">=1 MiB", "send_recv", 2]["share_pp"] == pytest.approx(10.0)
+    assert rows[">=1 MiB", "all_reduce", 2]["mape"] == pytest.approx(10.0)
+    assert rows["<1 MiB", "all_reduce", 4]["share_pp"] == pytest.approx(100.0)
+    assert [r["op"] for r in ca.contributors(points, model, min_share_pp=20.0)] == ["all_reduce"]  # the 100 % group
