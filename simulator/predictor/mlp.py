@@ -26,6 +26,15 @@ BMMs (17.8 -> 23.9 %) worse. The bound costs a third of the throughput: the benc
 GEMMs and norms, most of whose GEMMs do not fill their tiles, runs at 135,000-144,000 kernels/s instead of
 200,000 (medians of 7 runs, one core).
 
+What the bound leaves (stop 44): over the catalog GPUs (fp32 and one 16-bit dtype each), GEMMs of 16-16,384 in
+m, n and k in both layouts, doubling m or n makes 250 of 38,016 GEMMs more than 10 % faster (down to 0.58x:
+RTX 3090 fp32 1024 x 64 x 4096 ``nn``, whose n = 128 neighbour gets a 128 x 128 tile where it has 32 x 64 and
+split-K 16 for both), doubling k 2 of 19,008. All but 4 fit in one wave, where the networks do not make time
+independent of how many CTAs share the wave (the L4's fp32 16 x 256 x 1024 and 16 x 512 x 1024 share a 32 x 32
+tile and split 4, and the second is predicted 0.64x the first). Tried, inference only: also bounding a one-wave
+GEMM by its m, and its n, doubled until the wave fills (re-tiled): 246 drops. Each kernel's bound is computed from
+its own neighbours, so a chain of them is not monotone unless every predicted time is; not kept.
+
 Likewise a vector kernel that is launch-bound (under 1 us of ideal time) or leaves part of its one wave idle
 is never predicted slower than the same kernel with its first dimension (rows, tokens, elements) doubled,
 quadrupled, ... until it reaches 1 us and fills a wave (``features.grown_vectors``): it runs a subset of each
