@@ -2,6 +2,13 @@
 shared/docs/network-model.md section 2.4. Latencies are NCCL's microseconds for a fabric whose per-hop
 latency is the reference (1 us inside a node, 5 us between nodes); a cluster with other ``latency_us``
 values scales them proportionally, so a zero-latency fabric has zero-latency collectives.
+
+Tried and not kept (stop 44): on a slower fabric, NCCL's network step plus only the extra wire latency (20 us
+TCP: 17 + 15 us per Simple step) instead of the whole step scaled (17 x 4 = 68 us), and the proxy overhead on
+intra-node steps unscaled. Vidur's 2-node TCP DGX A100 with one GPU per node fits it (a 2-rank all-reduce from
+0.5 MiB: measured 71 us + S / 5.9 GB/s, the model's Simple 162 us + S / 5.8 GB/s; below 1 MiB 33.8 -> 15.7 %,
+4 GPUs 13.6 -> 7.6 %), but its 8- and 16-GPU groups, already too fast, got faster (16 GPUs from 1 MiB 27.0 ->
+36.5 %): that system's MAPE went 19.0 -> 19.3 % below 1 MiB and 13.5 -> 16.2 % from 1 MiB.
 """
 from __future__ import annotations
 
