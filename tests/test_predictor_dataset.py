@@ -157,3 +157,16 @@ def test_best_scale_mape_removes_a_uniform_error_and_never_exceeds_the_plain_map
     (scaled, n_scaled), = ev.best_scale_mape_by_group(rows, skewed).values()
     # for ratios 0.8, 1.1, 1.3, 2.0 the best factor is 1 / 1.3 (a grid search over factors agrees): 26.9 % against 40 %
     assert n == n_scaled == 4 and scaled == pytest.approx(100 * 0.7 / 2.6, abs=1e-9) and plain == pytest.approx(40.0)
+
+
+def test_label_shares_split_a_cells_mape_by_label():
+    import numpy as np
+
+    rows = [ds.Measurement([Kernel(op, "fp16", (1024, 1024))], "A40", 1e-5, "vidur", "kernel", op)
+            for op in ("add", "add", "rope", "rope")]
+    shares = ev.label_shares(rows, 1e-5 * np.array([1.2, 1.0, 0.5, 0.5]))  # errors 20, 0, 50, 50 %
+    (cell,) = {c for c, _ in shares}
+    (mape, _), = ev.mape_by_group(rows, 1e-5 * np.array([1.2, 1.0, 0.5, 0.5])).values()
+    assert sum(v["share_pp"] for v in shares.values()) == pytest.approx(mape) == pytest.approx(30.0)
+    assert shares[cell, "add"]["share_pp"] == pytest.approx(5.0) and shares[cell, "add"]["mape"] == pytest.approx(10.0)
+    assert shares[cell, "rope"]["median_ratio"] == pytest.approx(0.5) and shares[cell, "rope"]["n"] == 2

@@ -132,6 +132,21 @@ def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[
             for k, r in _ratios_by_group(rows, predicted_s).items()}
 
 
+def label_shares(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[tuple[Cell, str], dict]:
+    """{(cell, label): {"n", "mape", "share_pp", "median_ratio"}}: where each (gpu, dataset, class, dtype) cell's error
+    comes from, per measurement label (the source's op or layer name); ``share_pp`` is the points of the cell's MAPE
+    the label's rows carry, so a cell's shares add up to its MAPE; ratios are predicted / measured."""
+    by_label: dict[tuple[Cell, str], list[float]] = defaultdict(list)
+    for m, p in zip(rows, predicted_s):
+        by_label[((m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype), m.label)].append(p / m.latency_s)
+    cell_n: dict[Cell, int] = defaultdict(int)
+    for (cell, _), r in by_label.items():
+        cell_n[cell] += len(r)
+    return {key: {"n": len(r), "mape": 100.0 * float(np.mean(np.abs(np.subtract(r, 1.0)))),
+                  "share_pp": 100.0 * float(np.sum(np.abs(np.subtract(r, 1.0)))) / cell_n[key[0]],
+                  "median_ratio": float(np.median(r))} for key, r in sorted(by_label.items())}
+
+
 def best_scale_mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, tuple[float, int]]:
     """Like ``mape_by_group``, after multiplying each group's predictions by the one factor that minimises its
     MAPE (an oracle: the least error any correction per GPU and class -- a calibration, an offset -- could
