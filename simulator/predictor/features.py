@@ -67,6 +67,13 @@ property of the software, which the lowering knows, not of the GPU. Leave-one-GP
 target cells 41 -> 47 (calibration 45 -> 52); every Aceso norm cell better (V100 SXM2 fp16 13.8 -> 7.4 %,
 A100 SXM4 fp32 15.2 -> 8.3 %), native ones worse, now fitted without Aceso's beside them (A100 PCIe
 NeuSight 7.0 -> 9.6 %, T4 10.7 -> 12.3 %, H200 suite fp32 36.5 -> 51.3 %).
+Tried and not kept (stop 44): Vidur's RMSNorm (vLLM's own kernel, 0.36-0.59 of the bandwidth) told apart from
+PyTorch's native one (the H200 suite's, whose fp32 RMSNorm held out came out 1.67x too slow and carried 27.6 of
+that cell's 51.3 points). One member, seed 1, against 47 target cells: with the ``fused_impl`` bit, 44 (held-out
+H200 suite norm fp32 58.2 -> 42.5 %, A40 Vidur norm 42.9 -> 27.8 %, but Aceso's fused fp16 norms 7.1-13.5 ->
+10.7-16.4 %: the bit now also meant vLLM); with a bit of its own (``vllm_impl``), 45 (H200 norm fp32 58.2 -> 52.5,
+softmax bf16 57.3 -> 45.6, but fp32 softmax 25.4 -> 32.1 %, A40 Vidur norm 42.9 -> 47.5 %, NeuSight's A100 and
+P4 norms lost their cells).
 
 No compute-over-memory balance for vector kernels (stop 13): every measured one sits 4-100x below the
 ridge point, where the balance says nothing about the kernel and much about the GPU (its FP32 rate over
