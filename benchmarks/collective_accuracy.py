@@ -324,76 +324,8 @@ def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: 
     return "\n".join(lines) + "\n"
 
 
-NOTES = """## What the model fits, and what the boxes are
-
-Model constants (simulator/topology/links.py, simulator/collectives/tuning.py); everything else is NCCL's
-tuning.cc latencies, protocol factors and llMaxBw, and the hardware catalog's line rates:
-
-- NVLink efficiency per generation = published NCCL ring busbw / line rate (gen 2: DGX-1 0.90, gen 3:
-  DGX A100 and RTX 3090 bridge 0.78, gen 4: DGX H100/H200 0.815, gen 5: HGX B200 0.756).
-- Pipeline fill: rings, chains and trees lose D steps of S/n per call (time = S (f + D/n) / B). Host-memory
-  staging D = 0.45 (fitted on Aceso's RTX 2080 / Titan RTX all-reduce at 2-8 GPUs; predicts their
-  all-gather and reduce-scatter); GA100 NVLink D = 0.33 (vTrain's DGX A100 at 1 GiB, 2-8 GPUs); none
-  on Volta or Hopper NVLink (flat ring busbw in n).
-- Simple-protocol calls through an NVSwitch: 20 us per call and 3 us per step (per peer in each NVLS phase)
-  beyond NCCL's tuner table, which the tuner does not see (fitted on vTrain's and Vidur's DGX A100, where
-  the excess grows from 2 to 8 GPUs; the held-out H200 curve below).
-- LL128 rings sustain 0.64 of the Simple rate (fitted on vTrain's DGX A100 at 4-22 MiB, 5-8 GPUs), while
-  NCCL's tuner selects them at its 0.92.
-- NCCL's tuner rates a tree all-reduce at its size-dependent treeCorrectionFactor (0.5-0.9 from 512 B to
-  512 MiB), so mid-size calls run rings (Aceso's V100 / RTX 3090 4-GPU chain boxes switch where it rises).
-  It also rates Simple trees at 0.92 of their graph's rate; one-node chains run at the full rate (Aceso's V100
-  chain: 80 GB/s bus bandwidth = 1.5 x the 53-55 GB/s its rings reach over the same X-bus hop).
-- NCCL's tuner rates multi-node trees at the ring channels' speed (x 0.5 algorithm ratio), so large
-  messages run rings even where a 2-node tree would be faster (nccl#1576).
-- Send/recv: LL up to 16 KiB, Simple above (NCCL_P2P_LL_THRESHOLD); inside a node each protocol adds tuning.cc's
-  per-hop latency of its link class (NVLink: LL 0.6, Simple 3.4 us), and a Simple send through an NVSwitch one
-  switch step (the 3 us above).
-- NVLS reduction efficiency: 0.85 Hopper (NCCL), 0.80 Blackwell (HGX B200 measurements).
-- GPUs without peer-to-peer share a host-staging budget of 0.66 x PCIe line rate for sends and receives
-  together (Aceso's RTX 2080 / Titan RTX point-to-point 10.4 GB/s, rings 4-5 GB/s).
-- A CPU socket link carries one UPI link's 20.8 GB/s per direction unless the cluster file says otherwise, not
-  the 10 GB/s NCCL's search plans with (Aceso's RTX 2080 / Titan RTX 8-GPU all-to-all moves 12.4 GB/s across).
-- Socket transport (TCP, no RDMA): each rank's proxy thread moves 7.7 GB/s one way and 11.7 GB/s both
-  ways together (Vidur's DGX A100 pair over one 200 Gb/s port, one GPU per node: send/recv 7.65-7.8, a
-  2-rank all-reduce 5.8-5.9 each way), and a CPU-attached NIC's channels enter every node through each
-  member GPU in turn (4 GPUs per node reach the port's 21 GB/s, 1-2 GPUs per node 6-11 GB/s).
-
-Boxes inferred from the data (each YAML in topologies/ says why): Aceso A100-40 = HGX A100 40GB on NVSwitch
-(247 GB/s pair bandwidth); Aceso V100-16 = POWER9 AC922-class (3 NVLink-2 links per pair, 67 GB/s pair,
-rings cap near the X-bus); Aceso RTX 2080 / Titan RTX = 8 GPUs on CPU root ports without P2P; Aceso
-RTX 3090 = bridged pairs, no P2P, for 2-4 GPUs; its 8-GPU profiles = 8 GPUs on PCIe Gen3 x4 links without
-P2P (every op, all-to-all included, at 1.2-1.4 GB/s bus bandwidth: each GPU's own link is the limit, since
-between two 4-GPU nodes an all-to-all would push 2.3x a ring's bytes through the joining link); Vidur a100_dgx 2-node =
-one 200 Gb/s TCP port per node; Vidur pairwise 2-node = 25 GbE, where TCP moves 0.74 of the line rate
-(median 2.27 GB/s over its 6-64 MiB sends, which scatter 1.6-3.0 GB/s: a constant rate fits them no better
-than 12.7 % MAPE).
-
-Vidur times rank 0 of a send/recv, the sender, which finishes once its last byte is in the connection's
-buffers (`vidur_buffer_bytes` ahead of the receiver; ``sender_s``). Where the sender's side is faster than
-the route (a proxy at 7.7 GB/s into 25 GbE) small sends finish at the proxy's rate: the pairwise 2-node
-sends below 2 MiB move 7-9 GB/s over a 2.9 GB/s port. Between A100s over NVLink NCCL reads (P2P read, its
-default on compute capability 8.0): the sender copies into its own buffer and the receiver pulls, so the sender
-runs `vidur_p2p_buffer_bytes` ahead, copying at `vidur_copy_Bps` (both fitted on Vidur's two A100 boxes at
-once). Without that term the bridged pair's sends seemed to beat the 300 GB/s line rate (2-48 MiB at 350-400
-GB/s of size over time, 190 GB/s from 48 to 64 MiB) and their MAPE >= 1 MiB was 45.6 %, now 15.4 % (the DGX
-A100's 14.3 -> 9.4 %; below 1 MiB the pair's 11.8 -> 7.5 %, the DGX's 19.3 -> 23.3 %).
-
-What the data cannot tell the model (evidence in the session report of issue 4): Vidur's small all-reduces
-alternate between two modes at neighbouring sizes (e.g. 4 GPUs: 16-22 us and 61-63 us), which no
-deterministic model follows; Aceso's all-gather / reduce-scatter / all-to-all take one of two or three
-bandwidths per size (RTX 2080 reduce-scatter at 2 GPUs: 2.57 or 3.1-3.5 GB/s; RTX 3090 all-to-all at
-8 GPUs: 0.6 or 1.0-1.4 GB/s); Vidur's 2-node all-reduce with 2
-GPUs per node runs at 5.9 or 10.3-10.6 GB/s bus bandwidth (the model's two proxies: 11.3), and with 8 GPUs
-per node at 17.6 where 4 per node reach 21.4 (the model: 21 for both). Aceso's A100 reduce-scatter and
-all-gather run 2.4-3x slower than their neighbours at one set of sizes (per rank 27, 44, 50, 55, 77, 98, 100,
-200, 308, 2004 MiB ...), the same sizes at 2 and 4 GPUs, while its all-reduce of those sizes is normal: the
-list forms copy their tensors, and weight-shaped tensors may be strided views (a guess; the files give only
-the size). These 56 of its 979 readings carry 3.2 points of its MAPE (9.2 % without them).
-
-Held out below: nccl#1161's bridged H100 PCIe pair (116 GB/s) is half the model's 244, where Vidur's A100 pair,
-bridged the same way, is followed (195 GB/s at 500 MiB, model 198); the issue gives no size or bridge count.
-"""
+#: The table's notes: what the model fits and what the boxes are (kept as markdown beside this script).
+NOTES = (Path(__file__).with_name("collective_notes.md")).read_text()
 
 
 def data_dir(arg: str | None) -> Path:

@@ -118,11 +118,15 @@ def emulated_calibration(rows: Sequence[Measurement], timing: dict, per_dtype: i
 Cell = tuple[str, str, str, str]  # (gpu, dataset, class, dtype)
 
 
+def _cell(m: Measurement) -> Cell:
+    return m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype
+
+
 def _ratios_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, np.ndarray]:
     """{(gpu, dataset, class, dtype): predicted / measured of its rows}, in key order."""
     groups: dict[Cell, list[float]] = defaultdict(list)
     for m, p in zip(rows, predicted_s):
-        groups[(m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype)].append(p / m.latency_s)
+        groups[_cell(m)].append(p / m.latency_s)
     return {k: np.asarray(v) for k, v in sorted(groups.items())}
 
 
@@ -138,7 +142,7 @@ def label_shares(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[t
     the label's rows carry, so a cell's shares add up to its MAPE; ratios are predicted / measured."""
     by_label: dict[tuple[Cell, str], list[float]] = defaultdict(list)
     for m, p in zip(rows, predicted_s):
-        by_label[((m.gpu, dataset_of(m), op_class(m), main_kernel(m).dtype), m.label)].append(p / m.latency_s)
+        by_label[(_cell(m), m.label)].append(p / m.latency_s)
     cell_n: dict[Cell, int] = defaultdict(int)
     for (cell, _), r in by_label.items():
         cell_n[cell] += len(r)
