@@ -269,7 +269,11 @@ def summarise(points, model, base, raw) -> dict:
     return out
 
 
-def contributors(points, model, min_share_pp: float = 1.5) -> list[dict]:
+#: The least share of a system's MAPE (points) a group needs to be listed under "Where the error is".
+MIN_SHARE_PP = 1.5
+
+
+def contributors(points, model, min_share_pp: float = MIN_SHARE_PP) -> list[dict]:
     """Where each system's MAPE comes from: per (system, size half, op, GPUs) the points, their MAPE, the
     points of the system's MAPE in that half they carry (``share_pp``; a half's shares add up to its MAPE)
     and their median predicted / measured; the groups carrying at least ``min_share_pp``, largest first."""
@@ -300,7 +304,7 @@ def markdown(summary: dict, harness: dict, anchor_rows: list[dict], curve_rows: 
         dec = [f"{s['decades'][l]['model']:.1f} / {s['decades'][l]['alpha_beta']:.1f}" if l in s["decades"] else "-"
                for *_, l in DECADES]
         lines.append(f"| {name} | {cell(s['below_1MiB'])} | {cell(s['from_1MiB'])} | " + " | ".join(dec) + " |")
-    lines += ["", "Where the error is: the (system, sizes, op, GPUs) groups carrying at least 1.5 points of their system's",
+    lines += ["", f"Where the error is: the (system, sizes, op, GPUs) groups carrying at least {MIN_SHARE_PP:g} points of their system's",
               "MAPE in that size half (`share`: the half's shares add up to its MAPE); `ratio` = median predicted / measured.", "",
               "| system | sizes | op | GPUs | n | MAPE | share | ratio |", "|---|---|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {c['system']} | {c['sizes']} | {c['op']} | {c['gpus']} | {c['n']} | {c['mape']:.1f} | "

@@ -240,7 +240,11 @@ def summarise(results: dict) -> list[dict]:
     return lines
 
 
-def error_sources(results: dict, lines: list[dict], min_share_pp: float = 3.0) -> list[dict]:
+#: The least share of a missed cell's MAPE (points) a label needs to be listed under "Where the error is".
+MIN_SHARE_PP = 3.0
+
+
+def error_sources(results: dict, lines: list[dict], min_share_pp: float = MIN_SHARE_PP) -> list[dict]:
     """The measurement labels carrying at least ``min_share_pp`` points of a missed target cell's mlp MAPE, in cells
     holding more than one label, largest first (``evaluation.label_shares``)."""
     missed = {(r["gpu"], r["dataset"], r["class"], r["dtype"]) for r in lines if r["target"] is not None and not r["meets"]}
@@ -286,7 +290,7 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
                            for m in METHODS)
         out.append(f"| {cls} | {dtype} | {len({r['gpu'] for r in rs})} | {means} | {max(r['mlp'] for r in rs):.1f} |")
     out += ["", "## Where the error is: cells that miss their target, per measurement label", "",
-            "The labels (the source's op or layer name) carrying at least 3 points of a missed cell's `mlp` MAPE; "
+            f"The labels (the source's op or layer name) carrying at least {MIN_SHARE_PP:g} points of a missed cell's `mlp` MAPE; "
             "`share`: the points they carry (a cell's shares add up to its MAPE); `ratio`: median predicted / measured.",
             "", "| held-out GPU | data | class | dtype | label | n | MAPE | share | ratio |",
             "|---|---|---|---|---|---:|---:|---:|---:|"]
