@@ -53,6 +53,8 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--predictor", default=None, help="kernel predictor: mlp | roofline (default: mlp if shipped)")
     p.add_argument("--calibration", metavar="FILE",
                    help="calibration from `simulator collect --quick` on the target GPU (mlp predictor)")
+    p.add_argument("--weights", metavar="DIR",
+                   help="MLP weights written by `simulator fit-predictor --out DIR` (default: the shipped ones)")
     p.add_argument("--full", action="store_true", help="simulate every rank instead of one per stage")
     p.add_argument("--json", metavar="FILE|-", help="write the result as JSON")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto)")
@@ -73,13 +75,10 @@ def _simulate(args: argparse.Namespace) -> int:
                           attention=args.attention, recompute=args.recompute, loss=args.loss,
                           host_overhead_us=args.host_overhead_us))
     predictor = args.predictor or api.default_predictor()
-    if args.calibration:
+    if args.calibration or args.weights:
         from .predictor import get_predictor
 
-        if predictor != "mlp":
-            raise ConfigError("command line", "--calibration", args.calibration,
-                              f"only the mlp predictor takes a calibration (got --predictor {predictor})")
-        predictor = get_predictor("mlp", calibration=args.calibration)
+        predictor = get_predictor(predictor, calibration=args.calibration, weights=args.weights)
     result = api.simulate(cluster, workload, plan, predictor=predictor, collapse=not args.full,
                           keep_trace=bool(args.trace))
     if args.json != "-":

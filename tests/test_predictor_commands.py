@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -207,4 +208,66 @@ def test_fit_predictor_refuses_a_folder_without_the_shared_sources(tmp_path, cap
     assert main(["fit-predictor", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no NeuSight, Vidur or Aceso measurements" in err[0]
+    assert not (tmp_path / "w").exists()
+
+
+def _slowed_weights(tmp_path):
+    """A copy of the shipped weights whose fixed kernel time is 1000x: what `fit-predictor --out` could write."""
+    import json
+    import shutil
+
+    from simulator.predictor.mlp import WEIGHTS_DIR, weights_available
+
+    if not weights_available():
+        pytest.skip("no shipped MLP weights")
+    out = tmp_path / "weights"
+    shutil.copytree(WEIGHTS_DIR, out)
+    meta = json.loads((out / "kernel_mlp.json").read_text())
+    meta["fixed_cycles"] = [c * 1000 for c in meta["fixed_cycles"]]
+    (out / "kernel_mlp.json").write_text(json.dumps(meta))
+    return out
+
+
+def test_weights_flag_uses_the_given_weights(tmp_path, capsys):
+    weights = _slowed_weights(tmp_path)
+    src = tmp_path / "in.csv"
+    src.write_text("OPName,B,H,dtype\nadd,64,1024,bf16\n")
+    ms = []
+    for extra in ([], ["--weights", str(weights)]):
+        assert main(["predict-kernels", "--gpu", "H100-SXM5-80GB", "--input", str(src), "--output", "-"] + extra) == 0
+        ms.append(float(next(csv.DictReader(capsys.readouterr().out.splitlines()))["predicted_ms"]))
+    assert ms[1] > 100 * ms[0]
+    step = []
+    for extra in ([], ["--weights", str(weights)]):
+        assert main(["simulate", "--cluster", "hgx-a100-4gpu-40gb", "--workload", "gpt2-large", "--dp", "4",
+                     "--json", "-"] + extra) == 0
+        step.append(json.loads(capsys.readouterr().out)["step_time_s"])
+    assert step[1] > 2 * step[0]
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--weights", "{tmp}/none"], "--weights = '{tmp}/none': no kernel_mlp.npz and kernel_mlp.json in it"),
+    (["--weights", "{tmp}", "--predictor", "roofline"], "--weights = '{tmp}': only the mlp predictor takes it"),
+    (["--calibration", "{tmp}/c.yaml", "--predictor", "roofline"], "--calibration = '{tmp}/c.yaml': only the mlp"),
+])
+def test_weights_and_calibration_flags_fail_in_one_line(tmp_path, capsys, args, problem):
+    src = tmp_path / "in.csv"
+    src.write_text("OPName,B,H\nadd,64,1024\n")
+    args = [a.format(tmp=tmp_path) for a in args]
+    for command in (["predict-kernels", "--gpu", "L4", "--input", str(src), "--output", "-"],
+                    ["simulate", "--cluster", "hgx-a100-4gpu-40gb", "--workload", "gpt2-large", "--dp", "4"]):
+        assert main(command + args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and problem.format(tmp=tmp_path) in err[0]
+
+
+def test_fit_predictor_refuses_a_collected_folder_collect_did_not_write(tmp_path, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "mine" / "kernels.csv").write_text("op,dtype,shape,latency_s\nadd,fp32,4x4,1e-5\n")
+    assert main(["fit-predictor", "--data", str(tmp_path / "data"), "--collected", str(tmp_path / "mine"),
+                 "--out", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--collected" in err[0] and "no gpu.yaml in it" in err[0]
     assert not (tmp_path / "w").exists()

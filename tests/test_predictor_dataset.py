@@ -170,3 +170,40 @@ def test_label_shares_split_a_cells_mape_by_label():
     assert sum(v["share_pp"] for v in shares.values()) == pytest.approx(mape) == pytest.approx(30.0)
     assert shares[cell, "add"]["share_pp"] == pytest.approx(5.0) and shares[cell, "add"]["mape"] == pytest.approx(10.0)
     assert shares[cell, "rope"]["median_ratio"] == pytest.approx(0.5) and shares[cell, "rope"]["n"] == 2
+
+
+def _user_folder(path, rows: str):
+    path.mkdir()
+    (path / "gpu.yaml").write_text("name: my-gpu\narchitecture: ampere\nsms: 108\nbase_clock_MHz: 1000\n"
+                                   "boost_clock_MHz: 1410\ntdp_W: 400\nmemory_GiB: 40\nmemory_bandwidth_GBps: 1555\n"
+                                   "l2_MiB: 40\npeak_TFLOPS: {fp32: 19.5, bf16: 312}\n")
+    (path / "kernels.csv").write_text("op,dtype,shape,layout,latency_s,kernel_name,profiled_s\n" + rows)
+    return path
+
+
+def test_load_all_trains_on_a_users_collected_folders(tmp_path):
+    """``fit-predictor --collected``: a user's folder joins training (even one named *-test), once."""
+    mine = _user_folder(tmp_path / "mine-test", "add,bf16,512x1024,,3e-5,,2e-6\ngemm,bf16,1x64x64x64,nt,1e-5,,\n")
+    base, _ = ds.load_all(tmp_path / "no-shared-data")
+    rows, gpus = ds.load_all(tmp_path / "no-shared-data", collected=[mine, mine, ds.collected_folders(ds.REPO_ROOT)[0]])
+    added = [m for m in rows if m.source == "mine-test"]
+    assert len(rows) == len(base) + 2 and len(added) == 2  # the shipped folder again adds nothing
+    assert {m.split for m in added} == {"train"} and [m.timing for m in added] == ["kernel", "event"]
+    assert gpus["my-gpu"].sms == 108
+    with pytest.raises(ConfigError, match="--collected = .*no kernels.csv or gpu.yaml in it"):
+        ds.load_all(tmp_path, collected=[tmp_path])
+
+
+@pytest.mark.parametrize("row, problem", [
+    ("add,bf16,512xab,,3e-5,,", "line 2: shape = '512xab': expected integers"),
+    ("conv,bf16,4x4,,3e-5,,", "line 2: op = 'conv': unknown kernel op"),
+    ("add,int4,4x4,,3e-5,,", "line 2: dtype = 'int4'"),
+    ("add,fp32,4x4x4,,3e-5,,", "line 2: shape = '4x4x4': add takes a shape of 1 or 2 dimensions"),
+    ("add,fp32,4x4,,,,", "line 2: latency_s = '': missing or empty"),
+    ("add,fp32,4x4,,-1,,", "line 2: latency_s = '-1': not a positive time"),
+    ("add,fp32,4x4,,1e-5,,abc", "line 2: profiled_s = 'abc': not a number"),
+])
+def test_a_collected_folders_bad_row_is_a_one_line_error(tmp_path, row, problem):
+    folder = _user_folder(tmp_path / "mine", row + "\n")
+    with pytest.raises(ConfigError, match=f"kernels.csv: {problem}"):
+        ds.load_collected(folder)

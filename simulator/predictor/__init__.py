@@ -35,21 +35,30 @@ def available_predictors() -> list[str]:
     return names
 
 
-def get_predictor(name: str = "roofline", calibration=None) -> Predictor:
-    """A memoised predictor by name: ``mlp`` (shipped weights; optionally with a calibration file
-    or mapping from ``simulator collect --quick``) or ``roofline``."""
-    from ..errors import PredictorError
+def get_predictor(name: str = "roofline", calibration=None, weights=None) -> Predictor:
+    """A memoised predictor by name: ``mlp`` (the shipped weights, or those in the folder ``weights`` that
+    ``simulator fit-predictor`` wrote; optionally with a calibration file or mapping from ``simulator collect
+    --quick``) or ``roofline`` (which takes neither)."""
+    from ..errors import ConfigError, PredictorError
     from .base import MemoisedPredictor
     from .roofline import RooflinePredictor
 
     if name == "roofline":
+        for flag, value in (("--calibration", calibration), ("--weights", weights)):
+            if value is not None:
+                raise ConfigError("command line", flag, str(value), "only the mlp predictor takes it")
         return MemoisedPredictor(RooflinePredictor())
     if name == "mlp":
-        from .mlp import MLPPredictor
+        from pathlib import Path
 
+        from .mlp import MLPPredictor, weights_available
+
+        if weights is not None and not weights_available(Path(weights)):
+            raise ConfigError("command line", "--weights", str(weights), "no kernel_mlp.npz and kernel_mlp.json in "
+                              "it: write them with `simulator fit-predictor --out DIR`")
         if calibration is not None and not isinstance(calibration, dict):
             from .collect import read_calibration
 
             calibration = read_calibration(calibration)
-        return MemoisedPredictor(MLPPredictor(calibration=calibration))
+        return MemoisedPredictor(MLPPredictor(weights, calibration=calibration))
     raise PredictorError(f"unknown predictor {name!r}; known: {', '.join(available_predictors())}")

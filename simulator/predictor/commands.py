@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="CSV to write (- for stdout): the input rows plus predicted_ms")
     p.add_argument("--predictor", default="mlp", help="mlp | roofline (default mlp)")
     p.add_argument("--calibration", help="calibration file from `simulator collect --quick` (mlp only)")
+    p.add_argument("--weights", metavar="DIR", help="MLP weights written by `simulator fit-predictor --out DIR` "
+                   "(default: the shipped ones)")
     p.set_defaults(handler=predict_kernels)
 
     p = subparsers.add_parser("fit-predictor", help="train the kernel MLP on measured data (needs torch)")
@@ -31,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the shipped setting)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch threads (default: the shipped setting, 2)")
+    p.add_argument("--collected", nargs="+", default=[], metavar="DIR",
+                   help="also train on these folders written by `simulator collect --out` (your own GPU's kernels)")
     p.set_defaults(handler=fit_predictor)
 
 
@@ -59,10 +63,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
         if k.family in ("gemm", "attention") and not gpu.supports(k.dtype):
             raise ConfigError(source, f"line {line}: dtype", k.dtype, f"{gpu.name} has no {k.dtype} matrix "
                               f"support (it has {', '.join(sorted(gpu.peak_flops_per_s))})")
-    if args.calibration and args.predictor != "mlp":
-        raise ConfigError("command line", "--calibration", args.calibration, "only the mlp predictor uses it")
-    predictor = get_predictor(args.predictor, calibration=args.calibration) if args.predictor == "mlp" \
-        else get_predictor(args.predictor)
+    predictor = get_predictor(args.predictor, calibration=args.calibration, weights=args.weights)
     seconds = predictor.latency_s(kernels, gpu)
     out_columns = columns + ([] if "predicted_ms" in columns else ["predicted_ms"])
     text = io.StringIO()
@@ -84,5 +85,6 @@ def predict_kernels(args: argparse.Namespace) -> int:
 def fit_predictor(args: argparse.Namespace) -> int:
     from .training import train_and_export
 
-    train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print, threads=args.threads)
+    train_and_export(args.data, Path(args.out), epochs=args.epochs, seed=args.seed, log=print, threads=args.threads,
+                     collected=[Path(c) for c in args.collected])
     return 0

@@ -51,10 +51,10 @@ from typing import Iterable, Iterator
 
 from ..errors import ConfigError
 from ..hardware.catalog import load_gpu
-from ..specs import GpuSpec
+from ..specs import DTYPE_BYTES, GpuSpec
 from .aceso import aceso_kernels, aceso_model_shapes
 from .kernel_csv import kernel_from_row
-from .kernels import Kernel
+from .kernels import OPS, Kernel
 
 DATA_ENV = "SIMULATOR_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -214,7 +214,7 @@ def load_aceso(root: Path) -> list[Measurement]:
 
 # --- The project's own collections (``simulator collect``) ------------------------------------------
 
-def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]:
+def load_collected(folder: Path, split: str | None = None) -> tuple[list[Measurement], dict[str, GpuSpec]]:
     """A folder written by ``simulator collect``: ``kernels.csv`` plus ``gpu.yaml``. The profiler's
     device time (``profiled_s``) is the ``kernel`` timing; without it (``collect --no-profile``, or
     older folders) the CUDA-event median is an ``event`` timing. On the H200 the event median of a
@@ -222,17 +222,43 @@ def load_collected(folder: Path) -> tuple[list[Measurement], dict[str, GpuSpec]]
     from .collect import read_gpu_yaml
 
     gpu = read_gpu_yaml(folder / "gpu.yaml")
-    split = collected_split(folder)
+    split = split or collected_split(folder)
     out = []
-    for row in _rows(folder / "kernels.csv"):
-        shape = tuple(int(d) for d in row["shape"].split("x"))
-        kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout", ""))
-        profiled = row.get("profiled_s") or ""
-        latency, timing = (float(profiled), "kernel") if profiled else (float(row["latency_s"]), "event")
+    path = folder / "kernels.csv"
+    for line, row in enumerate(_rows(path), start=2):
+        kernel, latency, timing = _collected_row(row, f"{path}: line {line}")
         names = row.get("kernel_name", "")
         out.append(Measurement(collected_kernels(kernel, names), gpu.name, latency, folder.name, timing,
                                row["op"], names, split))
     return out, {gpu.name: gpu}
+
+
+def _collected_row(row: dict[str, str], where: str) -> tuple[Kernel, float, str]:
+    """(kernel, seconds, timing) of one ``kernels.csv`` row; a bad field is a ``ConfigError`` naming it (the
+    folder may be a user's, ``fit-predictor --collected``)."""
+    field = "profiled_s" if row.get("profiled_s") else "latency_s"
+    for name in ("op", "dtype", "shape", field):
+        if not row.get(name):
+            raise ConfigError(where, name, row.get(name), "missing or empty")
+    try:
+        shape = tuple(int(d) for d in row["shape"].split("x"))
+    except ValueError:
+        raise ConfigError(where, "shape", row["shape"], "expected integers joined by 'x', e.g. 512x1024") from None
+    if row["dtype"] not in DTYPE_BYTES:
+        raise ConfigError(where, "dtype", row["dtype"], f"known: {', '.join(DTYPE_BYTES)}")
+    if row["op"] not in OPS:
+        raise ConfigError(where, "op", row["op"], f"unknown kernel op; known: {', '.join(OPS)}")
+    try:
+        kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout") or "")
+    except ValueError as exc:
+        raise ConfigError(where, "shape", row["shape"], str(exc)) from None
+    try:
+        seconds = float(row[field])
+    except ValueError:
+        raise ConfigError(where, field, row[field], "not a number") from None
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(where, field, row[field], "not a positive time in seconds")
+    return kernel, seconds, "kernel" if field == "profiled_s" else "event"
 
 
 def collected_kernels(kernel: Kernel, kernel_names: str) -> tuple[Kernel, ...]:
@@ -256,15 +282,31 @@ def collected_folders(root: Path) -> list[Path]:
     return sorted(p for p in base.glob("*") if (p / "kernels.csv").is_file()) if base.is_dir() else []
 
 
-def load_all(root: Path, include_test: bool = False) -> tuple[list[Measurement], dict[str, GpuSpec]]:
-    """Every training measurement, and the specs of every GPU they mention."""
+def check_collected(folder: Path) -> Path:
+    """A user's ``fit-predictor --collected`` folder, resolved; ``ConfigError`` unless ``simulator collect --out``
+    wrote it (``kernels.csv`` and ``gpu.yaml``)."""
+    missing = [f for f in ("kernels.csv", "gpu.yaml") if not (folder / f).is_file()]
+    if missing:
+        raise ConfigError("command line", "--collected", str(folder), f"no {' or '.join(missing)} in it: expected "
+                          "a folder written by `simulator collect --out`")
+    return folder.resolve()
+
+
+def load_all(root: Path, include_test: bool = False,
+             collected: Iterable[Path] = ()) -> tuple[list[Measurement], dict[str, GpuSpec]]:
+    """Every training measurement, and the specs of every GPU they mention: the shared sources under
+    ``root``, the project's own folders (``collected_folders``) and any further ``collected`` ones (a user's
+    ``simulator collect`` output, trained on whatever its name)."""
     rows = load_neusight(root, "train") + load_vidur(root) + load_aceso(root)
     if include_test:
         rows += load_neusight(root, "test")
     gpus: dict[str, GpuSpec] = {}
-    for folder in collected_folders(root):
-        if include_test or collected_split(folder) == "train":
-            extra, specs = load_collected(folder)
+    shipped = collected_folders(root)
+    users = [f for f in dict.fromkeys(check_collected(Path(c)) for c in collected)
+             if f not in {p.resolve() for p in shipped}]
+    for folder, split in [(f, collected_split(f)) for f in shipped] + [(f, "train") for f in users]:
+        if include_test or split == "train":
+            extra, specs = load_collected(folder, split)
             rows += extra
             gpus.update(specs)
     for name in sorted({m.gpu for m in rows} - set(gpus)):

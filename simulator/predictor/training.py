@@ -369,9 +369,11 @@ def fit_ensemble(d: Design, config: FitConfig, members: int = ENSEMBLE, log=None
 
 
 def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None, seed: int = 0,
-                     members: int = ENSEMBLE, log=None, threads: int | None = None) -> dict:
-    """``fit-predictor``: load every source, hold out a random 10 % for the validation errors written
-    to the metadata, fit the ensemble on the rest and export it. Returns the metadata."""
+                     members: int = ENSEMBLE, log=None, threads: int | None = None,
+                     collected: Sequence[Path] = ()) -> dict:
+    """``fit-predictor``: load every source (and the ``collected`` folders of ``simulator collect``), hold out
+    a random 10 % for the validation errors written to the metadata, fit the ensemble on the rest and export
+    it. Returns the metadata."""
     try:
         import torch
     except ImportError:
@@ -379,7 +381,7 @@ def train_and_export(data: str | None, out_dir: Path, epochs: int | None = None,
     from .dataset import check_shared_sources, data_dir, data_hash, load_all
 
     root = data_dir(data)
-    rows, gpus = load_all(root)
+    rows, gpus = load_all(root, collected=collected)
     check_shared_sources(rows, root, log)
     rows = trainable(rows)
     config = replace(SHIPPED, epochs=epochs or SHIPPED.epochs, seed=seed, threads=threads or SHIPPED.threads)
