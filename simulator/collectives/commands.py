@@ -1,5 +1,5 @@
 """``simulator collective``: an nccl-tests-style sweep of one collective on a cluster, from the closed form
-(or, with ``--model flow``, from the flow model in the SimPy fabric)."""
+(or, with ``--model flow``, from the flow model in the SimPy fabric); with ``--compare``, beside an nccl-tests log."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import re
 
 from ..errors import ConfigError
 from .cost import BUSBW_FACTOR, COLLECTIVES, estimate
+from .nccl_tests import compare_summary, read_nccl_tests
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
           "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40}
@@ -49,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--op", default="all_reduce", help=f"collective: {' | '.join(COLLECTIVES)} (default all_reduce)")
     p.add_argument("--gpus", type=int, required=True, help="ranks in the communicator")
     p.add_argument("--nodes", type=int, help="spread the ranks evenly over this many nodes")
-    p.add_argument("--sizes", default="8:1G", help="LO:HI in x2 steps (1K:8G) or a list (2048,10240); default 8:1G")
+    p.add_argument("--sizes", help="LO:HI in x2 steps (1K:8G) or a list (2048,10240); default 8:1G")
+    p.add_argument("--compare", metavar="LOG", help="an nccl-tests log of this collective on this cluster: its "
+                   "sizes, and beside the model's times the measured (out-of-place) ones and the error")
     p.add_argument("--algo", help="force an algorithm: ring | tree | nvls | hierarchical | p2p")
     p.add_argument("--proto", help="force a protocol: LL | LL128 | Simple")
     p.add_argument("--model", default="closed", help="closed (the closed form, default) | flow (SimPy fabric)")
@@ -129,20 +132,31 @@ def _gbps(x: float | None) -> str:
 
 
 def format_rows(title: str, rows: list[dict]) -> str:
-    head = f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} {'protocol':<8} paths"
+    measured = bool(rows) and "measured_time_s" in rows[0]
+    head = (f"{'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  {'algorithm':<12} "
+            f"{'protocol':<8} paths" + (f" {'measured(us)':>13} {'error(%)':>9}" if measured else ""))
     lines = [f"# {title}", "#" + head[1:]]
     for r in rows:
         lines.append(f"{r['size_bytes']:>14} {r['time_s'] * 1e6:>12.2f} {_gbps(r['algbw'])} {_gbps(r['busbw'])}  "
-                     f"{r['algorithm']:<12} {r['protocol']:<8} {r['paths']}")
+                     f"{r['algorithm']:<12} {r['protocol']:<8} "
+                     + (f"{r['paths']:>5} {r['measured_time_s'] * 1e6:>13.2f} {r['error_pct']:>+9.1f}" if measured
+                        else f"{r['paths']}"))
+    if measured:
+        lines.append(compare_summary(rows))
     return "\n".join(lines)
 
 
 def _collective(args: argparse.Namespace) -> int:
     from ..cli import write_output
 
-    sizes = parse_sizes(args.sizes)
+    if args.compare and args.sizes:
+        raise ConfigError("command line", "--sizes", args.sizes, "--compare takes the sizes from its log")
+    measured = read_nccl_tests(args.compare) if args.compare else []
+    sizes = [size for size, _ in measured] or parse_sizes(args.sizes or "8:1G")
     cluster, topo, group = _load(args)
     rows = rows_for(topo, args.op, group, sizes, args.algo, args.proto, args.model)
+    for row, (_, seconds) in zip(rows, measured):
+        row.update(measured_time_s=seconds, error_pct=100.0 * (row["time_s"] / seconds - 1.0))
     nodes = len({topo.node_of(r) for r in group})
     title = (f"{args.op} on {cluster.name}: {len(group)} x {cluster.gpu.name} on {nodes} node(s), "
              f"{args.model} model")
