@@ -271,3 +271,37 @@ def test_fit_predictor_refuses_a_collected_folder_collect_did_not_write(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--collected" in err[0] and "no gpu.yaml in it" in err[0]
     assert not (tmp_path / "w").exists()
+
+
+def test_predict_kernels_reads_collects_format_and_compares_with_the_measured_time(tmp_path, capsys):
+    """A folder `collect` wrote is predict-kernels input too: each row predicted as the call it timed, and the
+    error against its measured times summarised on stderr."""
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float> >();void softmax_warp_backward()"
+    src = tmp_path / "kernels.csv"
+    src.write_text("op,dtype,shape,layout,latency_s,kernel_name,profiled_s\n"
+                   "gemm,bf16,1x4096x4096x4096,nt,3.1e-4,nvjet,2.9e-4\n"
+                   f"softmax_bwd,fp32,8192x1024,,2e-4,\"{mul}\",4e-5\n"
+                   "softmax_bwd,fp32,8192x1024,,2e-4,,\n")
+    assert main(["predict-kernels", "--gpu", "H200-SXM-141GB", "--input", str(src), "--output", "-",
+                 "--predictor", "roofline"]) == 0
+    captured = capsys.readouterr()
+    rows = list(csv.DictReader(captured.out.splitlines()))
+    assert [r["op"] for r in rows] == ["gemm", "softmax_bwd", "softmax_bwd"]
+    assert float(rows[1]["predicted_ms"]) > 1.5 * float(rows[2]["predicted_ms"])  # the Mul's time added
+    err = captured.err.splitlines()
+    assert err[0].startswith("# predicted vs measured") and "n=3" in err[1] and "MAPE" in err[1]
+    assert any(line.split()[1:3] == ["gemm", "bf16"] and "n=1" in line for line in err)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("op,dtype,shape\nadd,fp32,4x4x4\n")
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(bad), "--output", "-"]) == 2
+    assert "bad.csv: line 2: shape = '4x4x4': add takes a shape of 1 or 2 dimensions" in capsys.readouterr().err
+
+
+def test_predict_kernels_without_measured_times_prints_no_comparison(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("OPName,B,H\nadd,64,1024\n")
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(src), "--output", "-", "--predictor", "roofline"]) == 0
+    assert capsys.readouterr().err == ""
+    src.write_text("OPName,B,H,Latency\nadd,64,1024,0.01\n")  # NeuSight's Latency, ms
+    assert main(["predict-kernels", "--gpu", "L4", "--input", str(src), "--output", "-", "--predictor", "roofline"]) == 0
+    assert "n=1" in capsys.readouterr().err

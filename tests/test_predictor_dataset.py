@@ -195,7 +195,7 @@ def test_load_all_trains_on_a_users_collected_folders(tmp_path):
 
 
 @pytest.mark.parametrize("row, problem", [
-    ("add,bf16,512xab,,3e-5,,", "line 2: shape = '512xab': expected integers"),
+    ("add,bf16,512xab,,3e-5,,", "line 2: shape = '512xab': expected whole numbers"),
     ("conv,bf16,4x4,,3e-5,,", "line 2: op = 'conv': unknown kernel op"),
     ("add,int4,4x4,,3e-5,,", "line 2: dtype = 'int4'"),
     ("add,fp32,4x4x4,,3e-5,,", "line 2: shape = '4x4x4': add takes a shape of 1 or 2 dimensions"),

@@ -64,7 +64,7 @@ def predict_kernels(args: argparse.Namespace) -> int:
             raise ConfigError(source, f"line {line}: dtype", k.dtype, f"{gpu.name} has no {k.dtype} matrix "
                               f"support (it has {', '.join(sorted(gpu.peak_flops_per_s))})")
     predictor = get_predictor(args.predictor, calibration=args.calibration, weights=args.weights)
-    seconds = predictor.latency_s(kernels, gpu)
+    seconds = _call_seconds(predictor, rows, kernels, gpu, collect_format="OPName" not in columns)
     out_columns = columns + ([] if "predicted_ms" in columns else ["predicted_ms"])
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=out_columns, extrasaction="ignore")
@@ -73,13 +73,68 @@ def predict_kernels(args: argparse.Namespace) -> int:
         writer.writerow(dict(row, predicted_ms=f"{t * 1e3:.6g}"))
     if args.output == "-":
         sys.stdout.write(text.getvalue())
-        return 0
-    try:
-        with open_text(args.output, "w") as fh:
-            fh.write(text.getvalue())
-    except OSError as exc:
-        raise ConfigError("command line", "--output", args.output, f"cannot write: {exc.strerror}") from None
+    else:
+        try:
+            with open_text(args.output, "w") as fh:
+                fh.write(text.getvalue())
+        except OSError as exc:
+            raise ConfigError("command line", "--output", args.output, f"cannot write: {exc.strerror}") from None
+    for line in measured_summary(rows, kernels, seconds):
+        print(line, file=sys.stderr)
     return 0
+
+
+def _call_seconds(predictor, rows, kernels, gpu, collect_format: bool) -> list[float]:
+    """Each row's predicted time. A row of ``collect``'s format is the torch call it timed: where its
+    ``kernel_name`` shows the call ran more than the kernel (PyTorch's softmax backward runs a Mul first;
+    ``dataset.collected_kernels``), the prediction is the sum of those kernels', as training reads the row."""
+    from .dataset import collected_kernels
+
+    calls = ([collected_kernels(k, row.get("kernel_name") or "") for row, k in zip(rows, kernels)] if collect_format
+             else [(k,) for k in kernels])
+    flat = predictor.latency_s([k for call in calls for k in call], gpu)
+    out, i = [], 0
+    for call in calls:
+        out.append(float(sum(flat[i:i + len(call)])))
+        i += len(call)
+    return out
+
+
+#: Measured-time columns ``predict-kernels`` compares its predictions with, per row the first present: ``collect``'s
+#: device time and CUDA-event median (seconds), NeuSight's ``Latency`` (ms, CUDA events around the op call).
+MEASURED_COLUMNS = (("profiled_s", 1.0), ("latency_s", 1.0), ("Latency", 1e-3))
+
+
+def measured_s(row: dict[str, str]) -> float | None:
+    for column, scale in MEASURED_COLUMNS:
+        try:
+            value = float(row.get(column) or "nan") * scale
+        except ValueError:
+            continue
+        if 0 < value < float("inf"):
+            return value
+    return None
+
+
+def measured_summary(rows: list[dict[str, str]], kernels, seconds) -> list[str]:
+    """Lines comparing the predictions with the rows' measured times (``MEASURED_COLUMNS``), overall and per op
+    and dtype: MAPE and median predicted / measured. Empty where no row has a measured time."""
+    groups: dict[str, list[float]] = {}
+    for row, k, t in zip(rows, kernels, seconds):
+        m = measured_s(row)
+        if m is not None:
+            groups.setdefault(f"{k.op} {k.dtype}", []).append(t / m)
+            groups.setdefault("all", []).append(t / m)
+    if not groups:
+        return []
+
+    def line(name: str, ratios: list[float]) -> str:
+        ratios = sorted(ratios)
+        mape = 100.0 * sum(abs(r - 1.0) for r in ratios) / len(ratios)
+        return f"#   {name:<22} n={len(ratios):<6} MAPE {mape:6.1f} %   median predicted/measured {ratios[len(ratios) // 2]:.2f}"
+
+    head = f"# predicted vs measured ({', '.join(c for c, _ in MEASURED_COLUMNS)}: the first present per row)"
+    return [head, line("all", groups.pop("all"))] + [line(k, v) for k, v in sorted(groups.items())]
 
 
 def fit_predictor(args: argparse.Namespace) -> int:

@@ -51,10 +51,10 @@ from typing import Iterable, Iterator
 
 from ..errors import ConfigError
 from ..hardware.catalog import load_gpu
-from ..specs import DTYPE_BYTES, GpuSpec
+from ..specs import GpuSpec
 from .aceso import aceso_kernels, aceso_model_shapes
-from .kernel_csv import kernel_from_row
-from .kernels import OPS, Kernel
+from .kernel_csv import collected_kernel, kernel_from_row
+from .kernels import Kernel
 
 DATA_ENV = "SIMULATOR_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -236,28 +236,16 @@ def load_collected(folder: Path, split: str | None = None) -> tuple[list[Measure
 def _collected_row(row: dict[str, str], where: str) -> tuple[Kernel, float, str]:
     """(kernel, seconds, timing) of one ``kernels.csv`` row; a bad field is a ``ConfigError`` naming it (the
     folder may be a user's, ``fit-predictor --collected``)."""
+    kernel = collected_kernel(row, where)
     field = "profiled_s" if row.get("profiled_s") else "latency_s"
-    for name in ("op", "dtype", "shape", field):
-        if not row.get(name):
-            raise ConfigError(where, name, row.get(name), "missing or empty")
-    try:
-        shape = tuple(int(d) for d in row["shape"].split("x"))
-    except ValueError:
-        raise ConfigError(where, "shape", row["shape"], "expected integers joined by 'x', e.g. 512x1024") from None
-    if row["dtype"] not in DTYPE_BYTES:
-        raise ConfigError(where, "dtype", row["dtype"], f"known: {', '.join(DTYPE_BYTES)}")
-    if row["op"] not in OPS:
-        raise ConfigError(where, "op", row["op"], f"unknown kernel op; known: {', '.join(OPS)}")
-    try:
-        kernel = Kernel(row["op"], row["dtype"], shape, row.get("layout") or "")
-    except ValueError as exc:
-        raise ConfigError(where, "shape", row["shape"], str(exc)) from None
+    if not row.get(field):
+        raise ConfigError(where, field, row.get(field), "missing or empty")
     try:
         seconds = float(row[field])
     except ValueError:
         raise ConfigError(where, field, row[field], "not a number") from None
     if not 0 < seconds < float("inf"):
-        raise ConfigError(where, field, row[field], "not a positive time in seconds")
+        raise ConfigError(where, field, row.get(field), "not a positive time in seconds")
     return kernel, seconds, "kernel" if field == "profiled_s" else "event"
 
 

@@ -1,7 +1,10 @@
-"""Kernels listed in NeuSight's CSV format, read by ``predict-kernels`` and ``collect --input``.
+"""Kernels listed in a CSV, read by ``predict-kernels`` and ``collect --input``, in either of two formats:
 
-Columns: ``OPName`` plus ``B,M,N,K`` (bmm/linear) or ``B,H`` (vector ops), an optional ``dtype``
-(default fp32); others are ignored. Imports no pydantic, so ``collect`` can use it on GPU machines.
+* NeuSight's: ``OPName`` plus ``B,M,N,K`` (bmm/linear) or ``B,H`` (vector ops), an optional ``dtype``
+  (default fp32);
+* ``collect``'s own ``kernels.csv``: ``op``, ``dtype``, ``shape`` (dimensions joined by ``x``) and ``layout``.
+
+Other columns are ignored. Imports no pydantic, so ``collect`` can use it on GPU machines.
 """
 from __future__ import annotations
 
@@ -55,6 +58,26 @@ def kernel_from_row(row: dict[str, str], line: int, source: str) -> Kernel:
         raise ConfigError(source, f"line {line}: OPName", name, str(exc)) from None
 
 
+def collected_kernel(row: dict[str, str], where: str) -> Kernel:
+    """The kernel of one row of ``collect``'s ``kernels.csv`` (``op``, ``dtype``, ``shape``, ``layout``); a bad field
+    is a ``ConfigError`` naming it (``where``: the file and line)."""
+    for name in ("op", "dtype", "shape"):
+        if not row.get(name):
+            raise ConfigError(where, name, row.get(name), "missing or empty")
+    if row["op"] not in OPS:
+        raise ConfigError(where, "op", row["op"], f"unknown kernel op; known: {', '.join(OPS)}")
+    if row["dtype"] not in DTYPES:
+        raise ConfigError(where, "dtype", row["dtype"], f"expected one of {', '.join(DTYPES)}")
+    try:
+        shape = tuple(int(d) for d in row["shape"].split("x"))
+    except ValueError:
+        raise ConfigError(where, "shape", row["shape"], "expected whole numbers joined by 'x', e.g. 512x1024") from None
+    try:
+        return Kernel(row["op"], row["dtype"], shape, row.get("layout") or "")
+    except ValueError as exc:
+        raise ConfigError(where, "shape", row["shape"], str(exc)) from None
+
+
 def open_text(path: str, mode: str):
     """A CSV file for reading or writing; ``.gz`` paths are gzip-compressed (NeuSight ships .csv.gz)."""
     if path.endswith(".gz"):
@@ -63,7 +86,8 @@ def open_text(path: str, mode: str):
 
 
 def read_kernel_rows(source: str) -> tuple[list[dict[str, str]], list[str], list[Kernel]]:
-    """(rows, column names, one kernel per row) of a NeuSight-format CSV; ConfigError when unreadable."""
+    """(rows, column names, one kernel per row) of a CSV in NeuSight's or ``collect``'s format; ConfigError
+    when unreadable."""
     try:
         with open_text(source, "r") as fh:
             reader = csv.DictReader(fh)
@@ -72,6 +96,8 @@ def read_kernel_rows(source: str) -> tuple[list[dict[str, str]], list[str], list
         raise ConfigError("command line", "--input", source, f"cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError("command line", "--input", source, f"not a CSV file ({exc.__class__.__name__})") from None
+    if "OPName" not in columns and {"op", "shape"} <= set(columns):
+        return rows, columns, [collected_kernel(r, f"{source}: line {i + 2}") for i, r in enumerate(rows)]
     if "OPName" not in columns:
-        raise ConfigError(source, "OPName", None, "required column is missing")
+        raise ConfigError(source, "OPName", None, "required column is missing (or, in collect's format, op and shape)")
     return rows, columns, [kernel_from_row(r, i + 2, source) for i, r in enumerate(rows)]
