@@ -244,6 +244,9 @@ def fit(d: Design, config: FitConfig = FitConfig(), log=None):
             batch = order[lo:lo + config.batch_rows]
             pred = _reading_s(model, _kernel_sum_s(model, tensors, index, slots, ui, batch),
                               li[batch], hi[batch], timed[batch])
+            # Tried (stop 45): the benchmark's own metric, |pred / y - 1| (log ratio clamped to +-4). One member,
+            # seed 1: 47 -> 45 target cells; bf16 BMMs 17.3 -> 14.1 % (the H200), tf32 BMMs 12.7 -> 13.9, fp8
+            # linear 9.8 -> 10.7, fp32 norms 13.9 -> 14.7, other class means within 1 pp.
             err = torch.abs(torch.log(pred) - torch.log(y[batch]))
             loss = ((w[batch] * err).mean() + config.host_factor_l2 * (model.host_factor ** 2).mean()
                     + _offset_penalty(model, config))
