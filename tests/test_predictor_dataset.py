@@ -6,12 +6,14 @@ import gzip
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import ConfigError
 from simulator.predictor import dataset as ds
 from simulator.predictor import evaluation as ev
 from simulator.predictor.aceso import aceso_kernels, aceso_model_shapes
-from simulator.predictor.kernels import Kernel
+from simulator.predictor.kernels import OPS, Kernel
 
 
 def write_csv_gz(path: Path, rows: list[dict]) -> None:
@@ -207,3 +209,25 @@ def test_a_collected_folders_bad_row_is_a_one_line_error(tmp_path, row, problem)
     folder = _user_folder(tmp_path / "mine", row + "\n")
     with pytest.raises(ConfigError, match=f"kernels.csv: {problem}"):
         ds.load_collected(folder)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(sorted(OPS)), st.sampled_from(["fp32", "bf16", "fp16", "tf32", "fp8"]),
+       st.sampled_from(["nt", "nn", "tn"]), st.floats(1e-7, 10.0))
+def test_collect_rows_read_back_as_written(data, op, dtype, layout, seconds):
+    """What ``collect`` writes, ``predict-kernels``, ``collect --input`` and ``fit-predictor --collected`` read
+    back unchanged (one parser: ``kernel_csv.collected_kernel``)."""
+    import tempfile
+
+    from simulator.predictor.collect import write_kernels_csv
+    from simulator.predictor.kernel_csv import read_kernel_rows
+
+    n = data.draw(st.sampled_from(sorted(OPS[op].dims)))
+    dims = data.draw(st.lists(st.integers(1, 1 << 20), min_size=n, max_size=n))
+    k = Kernel(op, dtype, tuple(dims), layout if op == "gemm" else "")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernels.csv"
+        write_kernels_csv(path, [(k, seconds, "name", seconds / 2)])
+        rows, _, kernels = read_kernel_rows(str(path))
+        assert kernels == [k]
+        assert ds._collected_row(rows[0], "x") == (k, pytest.approx(seconds / 2), "kernel")
