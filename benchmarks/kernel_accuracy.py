@@ -17,15 +17,13 @@ Evaluation sets of the held-out GPU: NeuSight's transformer-shaped test kernels 
 Usage: python benchmarks/kernel_accuracy.py [--data DIR] [--quick] [--folds ampere-108sm,...]
 Writes benchmarks/results/kernel_accuracy.{md,json} (``--quick``: kernel_accuracy_quick.*).
 
-On 2 cores, run the folds as two single-threaded processes (two 2-thread processes oversubscribe the
-cores and run about 5x slower), then assemble the table from their caches:
-
-    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds ampere-108sm,ampere-82sm,pascal-20sm,turing-68sm,volta-80sm &
-    python benchmarks/kernel_accuracy.py --threads 1 --resume --folds hopper-132sm,ampere-84sm,pascal-56sm,turing-40sm,turing-72sm &
-    wait; python benchmarks/kernel_accuracy.py --resume
+On 2 cores, ``--jobs 2`` trains the folds in two single-threaded child processes (two 2-thread processes
+oversubscribe the cores and run about 5x slower), which cache them, then assembles the table from the caches;
+by hand, the same is two ``--threads 1 --resume --folds A,B,...`` processes and then one ``--resume``.
 
 An MLP experiment (one member, another seed) reuses the cached NeuSight baselines and takes about
-5 minutes for all ten folds on one core: ``--members 1 --seed 1 --threads 1 --resume --name NAME``.
+7 minutes for all ten folds on two cores: ``--members 1 --seed 1 --jobs 2 --name NAME`` (with ``TMPDIR``
+set apart, so that a changed model does not meet another's cached folds).
 On a fresh machine (no cache) add ``--neusight-from benchmarks/results/kernel_accuracy.json``: the NeuSight
 columns are then that file's, not retrained (6 min for all folds as two one-thread processes; with the
 default three members 140-215 s per fold, about 20 min for all ten plus the evaluation).
@@ -267,7 +265,7 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
            f"width {args.neusight_width}, max rows {args.neusight_rows}); "
            + ("folds trained by earlier runs and reused with `--resume` (a full run: "
               + ("a few minutes)." if args.quick else
-                 "about 1.5 h on 2 cores as two `--threads 1 --folds ...` processes).") if args.resume else
+                 "about 1.5 h on 2 cores with `--jobs 2`).") if args.resume else
               f"{elapsed_s / 60:.0f} min on this machine.")
            + (f" NeuSight columns read from `{args.neusight_from}`, not retrained." if args.neusight_from else ""), "",
            "MAPE (%) of the held-out GPU's measurements; `mlp` = specs only, `mlp+cal` = with an emulated "
@@ -320,6 +318,37 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
     return "\n".join(out) + "\n"
 
 
+#: Options a ``--jobs`` child gets from its parent (the cache keys and data), by attribute name.
+CHILD_OPTIONS = ("data", "epochs", "members", "seed", "neusight_epochs", "neusight_width", "neusight_rows",
+                 "neusight_from")
+
+
+def fold_shares(folds: list[str], jobs: int) -> list[list[str]]:
+    """``folds`` dealt round-robin to at most ``jobs`` processes (none empty)."""
+    return [share for share in (folds[i::jobs] for i in range(jobs)) if share]
+
+
+def train_in_children(args, folds: list[str]) -> None:
+    """``--jobs``: each share of the folds trained (and cached for ``--resume``) by a single-threaded child
+    process running this script; their own result files are removed afterwards."""
+    import subprocess
+
+    base = [sys.executable, str(Path(__file__).resolve()), "--resume", "--threads", "1"]
+    base += ["--quick"] if args.quick else []
+    for key in CHILD_OPTIONS:
+        if getattr(args, key) is not None:
+            base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    names = [f"{args.name or 'kernel_accuracy'}-part{i}" for i in range(args.jobs)]
+    children = [subprocess.Popen(base + ["--folds", ",".join(share), "--name", name], stdout=subprocess.DEVNULL)
+                for share, name in zip(fold_shares(folds, args.jobs), names)]
+    failed = [c.args[-3] for c in children if c.wait() != 0]
+    for name in names:
+        for suffix in (".md", ".json"):
+            (ROOT / "benchmarks" / "results" / f"{name}{suffix}").unlink(missing_ok=True)
+    if failed:
+        raise SystemExit(f"fold processes failed: {', '.join(failed)}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", help="measured data folder (default $SIMULATOR_DATA or ../shared/data)")
@@ -338,6 +367,9 @@ def main(argv=None) -> int:
                    help="take the NeuSight columns from an earlier results file (e.g. benchmarks/results/"
                         "kernel_accuracy.json) instead of retraining NeuSight: for MLP experiments")
     p.add_argument("--name", help="results file name (default kernel_accuracy, or kernel_accuracy_quick with --quick)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="train the folds in this many single-threaded child processes first (2 on 2 cores), then "
+                        "assemble the table from their caches (implies --resume)")
     args = p.parse_args(argv)
     defaults = dict(epochs=3, members=1, neusight_epochs=2, neusight_width=64, neusight_rows=4000) if args.quick \
         else dict(epochs=tr.SHIPPED.epochs, members=tr.ENSEMBLE, neusight_epochs=20, neusight_width=512,
@@ -355,6 +387,9 @@ def main(argv=None) -> int:
     d = tr.design(rows, gpus)
     groups = [tr.holdout_group(gpus[m.gpu]) for m in rows]
     folds = args.folds.split(",") if args.folds else sorted(set(groups))
+    if args.jobs > 1:
+        train_in_children(args, folds)
+        args.resume = True
     results = {g: evaluate_fold(g, rows, gpus, d, groups, args, lambda s: print(s, flush=True), attention_rows)
                for g in folds}
     lines = summarise(results)
