@@ -19,7 +19,8 @@ from .kernel_csv import open_text, read_kernel_rows
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict-kernels", help="predict kernel latencies for rows of a CSV (NeuSight format)")
     p.add_argument("--gpu", required=True, help="catalog GPU name or a GPU YAML file")
-    p.add_argument("--input", required=True, help="CSV with OPName and B,M,N,K (GEMMs) or B,H (vector ops)")
+    p.add_argument("--input", required=True, help="CSV with OPName and B,M,N,K (GEMMs) or B,H (vector ops), or the "
+                   "kernels.csv `simulator collect` wrote; measured times in it are compared on stderr")
     p.add_argument("--output", required=True, help="CSV to write (- for stdout): the input rows plus predicted_ms")
     p.add_argument("--predictor", default="mlp", help="mlp | roofline (default mlp)")
     p.add_argument("--calibration", help="calibration file from `simulator collect --quick` (mlp only)")
