@@ -128,11 +128,11 @@ def measured_summary(rows: list[dict[str, str]], kernels, seconds) -> list[str]:
             groups.setdefault("all", []).append(t / m)
     if not groups:
         return []
+    from .evaluation import ratio_stats
 
     def line(name: str, ratios: list[float]) -> str:
-        ratios = sorted(ratios)
-        mape = 100.0 * sum(abs(r - 1.0) for r in ratios) / len(ratios)
-        return f"#   {name:<22} n={len(ratios):<6} MAPE {mape:6.1f} %   median predicted/measured {ratios[len(ratios) // 2]:.2f}"
+        s = ratio_stats(ratios)
+        return f"#   {name:<22} n={s['n']:<6} MAPE {s['mape']:6.1f} %   median predicted/measured {s['median_ratio']:.2f}"
 
     head = f"# predicted vs measured ({', '.join(c for c, _ in MEASURED_COLUMNS)}: the first present per row)"
     return [head, line("all", groups.pop("all"))] + [line(k, v) for k, v in sorted(groups.items())]

@@ -136,6 +136,12 @@ def mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[
             for k, r in _ratios_by_group(rows, predicted_s).items()}
 
 
+def ratio_stats(ratios) -> dict:
+    """{"n", "mape" (%), "median_ratio"} of predicted / measured ratios."""
+    r = np.asarray(ratios, dtype=float)
+    return {"n": len(r), "mape": 100.0 * float(np.mean(np.abs(r - 1.0))), "median_ratio": float(np.median(r))}
+
+
 def label_shares(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[tuple[Cell, str], dict]:
     """{(cell, label): {"n", "mape", "share_pp", "median_ratio"}}: where each (gpu, dataset, class, dtype) cell's error
     comes from, per measurement label (the source's op or layer name); ``share_pp`` is the points of the cell's MAPE
@@ -146,9 +152,8 @@ def label_shares(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[t
     cell_n: dict[Cell, int] = defaultdict(int)
     for (cell, _), r in by_label.items():
         cell_n[cell] += len(r)
-    return {key: {"n": len(r), "mape": 100.0 * float(np.mean(np.abs(np.subtract(r, 1.0)))),
-                  "share_pp": 100.0 * float(np.sum(np.abs(np.subtract(r, 1.0)))) / cell_n[key[0]],
-                  "median_ratio": float(np.median(r))} for key, r in sorted(by_label.items())}
+    return {key: {**ratio_stats(r), "share_pp": 100.0 * float(np.sum(np.abs(np.subtract(r, 1.0)))) / cell_n[key[0]]}
+            for key, r in sorted(by_label.items())}
 
 
 def best_scale_mape_by_group(rows: Sequence[Measurement], predicted_s: np.ndarray) -> dict[Cell, tuple[float, int]]:
