@@ -55,6 +55,8 @@ from simulator.predictor.neusight import NeuSightBaseline, _query, build_tile_ta
 from simulator.predictor.roofline import RooflinePredictor  # noqa: E402
 from simulator.predictor.tiling import tile_from_kernel_name  # noqa: E402
 
+from fold_jobs import train_in_children  # noqa: E402
+
 METHODS = ("mlp", "mlp+cal", "mlp scaled", "roofline", "neusight")
 TARGETS = {"bmm": 10.0, "linear": 10.0, "elementwise": 12.0, "softmax": 12.0, "norm": 12.0}
 
@@ -318,37 +320,6 @@ def markdown(lines: list[dict], tiles: dict, speed: float, args, elapsed_s: floa
     return "\n".join(out) + "\n"
 
 
-#: Options a ``--jobs`` child gets from its parent (the cache keys and data), by attribute name.
-CHILD_OPTIONS = ("data", "epochs", "members", "seed", "neusight_epochs", "neusight_width", "neusight_rows",
-                 "neusight_from")
-
-
-def fold_shares(folds: list[str], jobs: int) -> list[list[str]]:
-    """``folds`` dealt round-robin to at most ``jobs`` processes (none empty)."""
-    return [share for share in (folds[i::jobs] for i in range(jobs)) if share]
-
-
-def train_in_children(args, folds: list[str]) -> None:
-    """``--jobs``: each share of the folds trained (and cached for ``--resume``) by a single-threaded child
-    process running this script; their own result files are removed afterwards."""
-    import subprocess
-
-    base = [sys.executable, str(Path(__file__).resolve()), "--resume", "--threads", "1"]
-    base += ["--quick"] if args.quick else []
-    for key in CHILD_OPTIONS:
-        if getattr(args, key) is not None:
-            base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    names = [f"{args.name or 'kernel_accuracy'}-part{i}" for i in range(args.jobs)]
-    children = [subprocess.Popen(base + ["--folds", ",".join(share), "--name", name], stdout=subprocess.DEVNULL)
-                for share, name in zip(fold_shares(folds, args.jobs), names)]
-    failed = [c.args[-3] for c in children if c.wait() != 0]
-    for name in names:
-        for suffix in (".md", ".json"):
-            (ROOT / "benchmarks" / "results" / f"{name}{suffix}").unlink(missing_ok=True)
-    if failed:
-        raise SystemExit(f"fold processes failed: {', '.join(failed)}")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", help="measured data folder (default $SIMULATOR_DATA or ../shared/data)")
@@ -388,7 +359,7 @@ def main(argv=None) -> int:
     groups = [tr.holdout_group(gpus[m.gpu]) for m in rows]
     folds = args.folds.split(",") if args.folds else sorted(set(groups))
     if args.jobs > 1:
-        train_in_children(args, folds)
+        train_in_children(args, folds, Path(__file__).resolve(), ROOT / "benchmarks" / "results")
         args.resume = True
     results = {g: evaluate_fold(g, rows, gpus, d, groups, args, lambda s: print(s, flush=True), attention_rows)
                for g in folds}
