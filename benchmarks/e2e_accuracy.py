@@ -22,12 +22,14 @@ kernel and with one fitted on the other hidden size's rows (``vtrain_run``); not
 The single-GPU rows ran Hugging Face's eager PyTorch code, which launches kernels the simulator's
 generic (fused) transformer lowering does not: GPT-2's ``gelu_new`` as eight elementwise kernels, the
 attention scores divided by sqrt(head_dim) in a kernel of their own, OPT's query scaling, clamp and
-separate q/k/v projections, and PyTorch's native LayerNorm where the lowering has Megatron's fused one.
+separate q/k/v projections, and PyTorch's native LayerNorm where the lowering has Megatron's fused one;
+BERT and OPT add their attention masks to the scores, so their backward has no mask gradient (GPT-2's
+``torch.where`` is the lowering's masked_fill, forward and backward).
 ``hf_eager_delta`` adds them (and their autograd backward kernels) per layer, read off the transformers
 code; the generic lowering's MAPE is reported beside it. NeuSight's per-op CSV beside each label shows
 the size of the difference (V100 PCIe, gpt2_large, training, batch 1, one layer): ``gelu_new`` 0.59 ms
 forward and 0.67 ms backward vs 0.06 / 0.11 ms for one fused GELU, the score division 0.22 + 0.22 ms,
-the mask's backward 0.24 ms. With them, the V100 gpt2_large inference at batch 4 predicts (mlp) 19.9 ms
+the mask's backward 0.24 ms (a kernel of the lowering's unfused attention since stop 46). With them, the V100 gpt2_large inference at batch 4 predicts (mlp) 19.9 ms
 per layer against a per-op sum of 19.9 ms and 44.0 ms for the lm_head (its 50257 columns are not 16-byte
 aligned) against 38.9 ms; the per-op timings themselves add up to 4 % more than the end-to-end time.
 
@@ -148,9 +150,9 @@ def hf_eager_delta(model_type: str, sh, train: bool) -> tuple[list[Kernel], list
     removed = [vector(op.replace("layernorm", "layernorm_fused"), t, h, dt) for op in norms] * 2
     if model_type in ("gpt2", "bert"):
         added += [vector("div_scalar", *scores, dt)] * passes  # attn_weights / sqrt(head_dim)
-    if model_type == "gpt2":
-        if train:
-            added.append(vector("masked_fill", *scores, dt))  # torch.where's backward
+    if model_type in ("bert", "opt") and train:  # their masks are added to the scores: no kernel backward
+        removed.append(vector("masked_fill", *scores, dt))
+    if model_type == "gpt2":  # torch.where's causal mask is the lowering's masked_fill, forward and backward
         added += _gelu_new(t, ffn, dt, train)
         removed += [vector("gelu", t, ffn, dt)] + ([vector("gelu_bwd", t, ffn, dt)] if train else [])
     if model_type == "opt":

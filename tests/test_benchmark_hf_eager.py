@@ -30,7 +30,7 @@ def test_gpt2_gelu_new_and_score_scaling():
     assert [k.op for k in removed] == ["gelu"]
     assert all(k.shape == (sh.tokens, m.ffn_hidden) for k in added if k.op == "tanh")
     added, removed = map(_without_norms, e2e.hf_eager_delta("gpt2", sh, train=True))
-    assert len(added) == 2 + 1 + 8 + 11 and {k.op for k in removed} == {"gelu", "gelu_bwd"}
+    assert len(added) == 2 + 8 + 11 and {k.op for k in removed} == {"gelu", "gelu_bwd"}
 
 
 def test_native_layernorms_replace_the_fused_ones():
@@ -38,7 +38,8 @@ def test_native_layernorms_replace_the_fused_ones():
     for train, ops in ((False, ["layernorm"]), (True, ["layernorm", "layernorm_bwd"])):
         added, removed = e2e.hf_eager_delta("bert", sh, train=train)
         assert sorted(k.op for k in added if "layernorm" in k.op) == sorted(ops * 2)
-        assert sorted(k.op for k in removed) == sorted(op.replace("layernorm", "layernorm_fused") for op in ops * 2)
+        assert sorted(k.op for k in removed if "layernorm" in k.op) == sorted(
+            op.replace("layernorm", "layernorm_fused") for op in ops * 2)
         assert {k.shape for k in added + removed if "layernorm" in k.op} == {(sh.tokens, m.hidden)}
 
 
@@ -49,3 +50,5 @@ def test_opt_splits_qkv_and_bert_only_scales():
     assert gemm_flops == sum(k.flops for k in removed if k.op == "gemm")  # same work, three GEMMs instead of one
     added, removed = map(_without_norms, e2e.hf_eager_delta("bert", sh, train=False))
     assert [k.op for k in added] == ["div_scalar"] and removed == []
+    added, removed = map(_without_norms, e2e.hf_eager_delta("bert", sh, train=True))
+    assert [k.op for k in removed] == ["masked_fill"]  # the lowering's mask gradient: BERT adds its mask

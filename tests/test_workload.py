@@ -53,6 +53,16 @@ def test_flash_attention_for_mixed_precision_only():
     assert "flash_attn" in ops(PlanSpec(dtype="fp32", attention="flash"))
 
 
+def test_unfused_attention_backward_has_the_masks_gradient():
+    # masked_fill's backward zeroes the masked scores' gradient: one kernel over the scores, as forward
+    m = tiny_model()
+    for plan, n in ((PlanSpec(dtype="fp32"), 1), (PlanSpec(dtype="bf16"), 0)):
+        sh = make_shard(m, plan)
+        fwd = [s.kernel for s in layer_forward(sh) if isinstance(s, Compute) and s.kernel.op == "masked_fill"]
+        bwd = [s.kernel for s in layer_backward(sh) if isinstance(s, Compute) and s.kernel.op == "masked_fill"]
+        assert len(fwd) == len(bwd) == n and fwd == bwd
+
+
 def test_swiglu_rmsnorm_rope_variants():
     m = tiny_model(activation="swiglu", norm="rmsnorm", position_embedding="rope", kv_heads=2, bias=False)
     ops = [s.kernel.op for s in layer_forward(make_shard(m, PlanSpec())) if isinstance(s, Compute)]

@@ -157,6 +157,8 @@ def _attention_bwd(sh: Shard) -> list[Step]:
             # torch's softmax backward: grad * output (an elementwise Mul kernel), then the row kernel
             _v("attn.softmax_bwd.mul", "mul", rows, s, sh),
             _v("attn.softmax_bwd", "softmax_bwd", rows, s, sh),
+            # the mask's gradient: masked_fill's backward fills the masked scores' gradient with zeros
+            _v("attn.mask_bwd", "masked_fill", rows, s, sh),
             Compute("attn.score.dgrad_q", gemm(s, d, s, sh.dtype, b=bh, layout="nn")),  # dQ = dS K
             Compute("attn.score.dgrad_k", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dK = dS^T Q
         ]
