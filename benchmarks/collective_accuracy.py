@@ -101,7 +101,7 @@ def _vtrain(data: Path) -> list[Point]:
     return out
 
 
-ACESO_BOXES = {"A100-40": "hgx-a100-8gpu-40gb", "V100-16": "v100x4-power9", "RTX-2080": "rtx2080x8-pcie",
+ACESO_BOXES = {"A100-40": "hgx-a100-8gpu-40gb", "V100-16": "v100x4-power9", "RTX-2080": "rtx2080ti-x8-pcie",
                "RTX-3090": "rtx3090x4-nvlink-pairs", "Titan-RTX": "titan-rtx-x8-pcie"}
 #: (Aceso folder, GPU count) measured on another box than the folder's smaller groups (see the YAML).
 ACESO_BOXES_BY_COUNT = {("RTX-3090", 8): "rtx3090x8-pcie"}

@@ -229,13 +229,13 @@ def test_no_p2p_box_shares_the_staging_budget():
 
 
 def test_staged_rings_lose_their_pipeline_fill_like_acesos_pcie_boxes():
-    topo = topo_of("rtx2080x8-pcie")  # Aceso's RTX 2080 all-reduce: 4.07 / 4.95 / 5.27 GB/s at 2 / 4 / 8 GPUs
+    topo = topo_of("rtx2080ti-x8-pcie")  # Aceso's RTX 2080 all-reduce: 4.07 / 4.95 / 5.27 GB/s at 2 / 4 / 8 GPUs
     for n, measured in [(2, 4.07), (4, 4.95), (8, 5.27)]:
         assert busbw_gbps(topo, n, size=GIB) == pytest.approx(measured, rel=0.06)
 
 
 def test_staged_all_to_all_across_sockets_is_bound_by_staging_not_the_socket_link():
-    topo = topo_of("rtx2080x8-pcie")  # four GPUs per socket; Aceso's 8-GPU all-to-all: 6.2 GB/s of S / t
+    topo = topo_of("rtx2080ti-x8-pcie")  # four GPUs per socket; Aceso's 8-GPU all-to-all: 6.2 GB/s of S / t
     est = estimate(topo, "all_to_all", tuple(range(8)), GIB)
     # every GPU sends and receives 7/8 of S through one staging budget; half of all bytes cross the sockets
     assert est.algbw_bytes_per_s == pytest.approx(0.66 * 15.76e9 / (2 * 7 / 8), rel=0.05)

@@ -33,7 +33,7 @@ CASES = [  # (cluster, nodes, collective, group)
     ("dgx1-v100", None, "all_reduce", (0, 1, 2, 3, 4)),
     ("hgx-a100-4gpu-40gb", None, "reduce", (0, 1, 2, 3)),
     ("a100-pcie-nvlink-pairs", 1, "all_reduce", (0, 1, 2, 3)),
-    ("rtx2080x8-pcie", None, "all_reduce", tuple(range(8))),
+    ("rtx2080ti-x8-pcie", None, "all_reduce", tuple(range(8))),
     ("rtx3090x4-nvlink-pairs", 2, "all_reduce", tuple(range(8))),
     ("v100x4-power9", None, "all_reduce", (0, 1, 2, 3)),  # a chain (tree) from 64 MiB
     ("rtx3090x8-pcie", None, "all_to_all", tuple(range(8))),  # host staging shared by sends and receives
