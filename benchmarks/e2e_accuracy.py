@@ -1,5 +1,6 @@
-"""End-to-end accuracy: simulated vs measured step times on NeuSight's labels (fp32, PyTorch) and
-vTrain's Megatron-DeepSpeed iterations (fp16, 8x A100).
+"""End-to-end accuracy: simulated vs measured step times on NeuSight's labels (fp32, PyTorch), vTrain's
+Megatron-DeepSpeed iterations (fp16, 8x A100) and Aceso's Megatron-LM layers (fp32, five GPU boxes;
+``e2e_aceso.py``).
 
 Sources (../shared/data/neusight/labels):
 * 4x A100-SXM4-40GB (NVLink mesh), Megatron-LM GPT-2 Large, global batch 4: dp4, tp4, pp4_1 (one
@@ -58,6 +59,7 @@ from simulator.predictor import available_predictors, get_predictor  # noqa: E40
 from simulator.specs import ClusterSpec, IntraNodeSpec, PlanSpec, WorkloadSpec  # noqa: E402
 from simulator.predictor.kernels import Kernel, gemm, vector  # noqa: E402
 from simulator.workload.transformer import Compute, embedding_forward, head_forward, layer_forward, make_shard  # noqa: E402
+from e2e_aceso import aceso_layers_markdown, aceso_layers_run  # noqa: E402
 
 LABEL = re.compile(r"(?P<model>[a-z0-9_]+)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)(-(?P<option>[a-z0-9_]+))?\.json")
 DISTRIBUTED = {"dp4": dict(dp=4), "tp4": dict(tp=4), "pp4_1": dict(pp=4)}
@@ -270,6 +272,7 @@ def mape(errors: list[float]) -> float:
 def run(data: Path, predictors: list[str]) -> dict:
     preds = {name: get_predictor(name) for name in predictors}
     vtrain = vtrain_run(data, preds) if (data / "vtrain" / "ground_truth_single.csv").is_file() else None
+    aceso = aceso_layers_run(data, preds) if (data / "sailor" / "aceso" / "layer_time").is_dir() else None
     rows = []
     for case in cases(data):
         row = dict(source=case.source, gpu=case.gpu, model=case.model, mode=case.mode, batch=case.batch,
@@ -287,14 +290,14 @@ def run(data: Path, predictors: list[str]) -> dict:
         summary[source].update({f"{name}_generic": mape([r[f"{name}_generic_err_pct"] / 100 for r in sel])
                                 for name in predictors})
         summary[source]["n"] = len(sel)
-    return {"predictors": predictors, "rows": rows, "mape_pct": summary, "vtrain": vtrain}
+    return {"predictors": predictors, "rows": rows, "mape_pct": summary, "vtrain": vtrain, "aceso_layers": aceso}
 
 
 def to_markdown(result: dict) -> str:
     names = result["predictors"]
     head = "| source | GPU | model | mode | batch | option | measured ms | " + " | ".join(
         f"{n} ms | {n} err" for n in names) + " |"
-    lines = ["# End-to-end accuracy (NeuSight labels, fp32; vTrain, fp16)", "",
+    lines = ["# End-to-end accuracy (NeuSight labels, fp32; vTrain, fp16; Aceso layers, fp32)", "",
              "Command: `python benchmarks/e2e_accuracy.py`. Error = (predicted - measured) / measured.", "",
              "## MAPE per source", "",
              "Single-GPU rows lowered as Hugging Face's eager code runs them (`hf_eager_delta`); in brackets the",
@@ -306,6 +309,8 @@ def to_markdown(result: dict) -> str:
                                                              for n in names) + " |")
     if result.get("vtrain"):
         lines += vtrain_markdown(result["vtrain"])
+    if result.get("aceso_layers"):
+        lines += aceso_layers_markdown(result["aceso_layers"])
     lines += ["", "## Per case (NeuSight labels)", "", head, "|" + "---|" * (7 + 2 * len(names))]
     for r in result["rows"]:
         cells = [r["source"], r["gpu"], r["model"], r["mode"], str(r["batch"]), r["option"] or "-",
