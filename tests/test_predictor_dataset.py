@@ -60,7 +60,13 @@ def test_aceso_decomposition():
     assert bwd.shape == (1, 4096, 1024, 3072)
     score = aceso_kernels("enc-attention-score", "bwd", "fp32", s, gemm_dtype="tf32")
     assert [k.dtype for k in score] == ["tf32", "tf32"] and score[0].shape == (32, 2048, 64, 2048)
-    assert aceso_kernels("enc-attention-softmax", "fwd", "fp32", s) == ()
+    # fp32 takes Megatron's torch path: scale, mask, softmax; backward the softmax's two kernels, the mask's, the
+    # scale's. The row kernel comes first (it names the measurement's class).
+    fwd32 = aceso_kernels("enc-attention-softmax", "fwd", "fp32", s)
+    assert [k.op for k in fwd32] == ["softmax", "mul_scalar", "masked_fill"]
+    assert {k.shape for k in fwd32} == {(2 * 16 * 2048, 2048)} and {k.dtype for k in fwd32} == {"fp32"}
+    bwd32 = aceso_kernels("enc-attention-softmax", "bwd", "fp32", s, gemm_dtype="tf32")
+    assert [k.op for k in bwd32] == ["softmax_bwd", "mul", "masked_fill", "mul_scalar"]
     (sm,) = aceso_kernels("enc-attention-softmax", "bwd", "fp16", s)  # causal: reads half of grad and output
     assert sm.op == "softmax_causal_bwd" and sm.bytes == pytest.approx(2 * (2 * 32 * 2048 * 2049 / 2 + 32 * 2048 * 2048))
     assert aceso_kernels("gpt-post-process", "fwd", "fp16", s) == ()
