@@ -4,8 +4,9 @@ What the files hold, read off the per-op profiles beside them (the data README s
 transformer layer forward/backward (s) by micro-batch and TP"): OPT-350M's layer (hidden 1024, 16 heads,
 FFN 4096, 2,048 tokens per sequence) in fp32 under Megatron-LM, timed forward and backward with host
 clocks, micro-batch 1-8, tensor parallel 1-4 (1-8 on the 8-GPU boxes). At tp 1 each forward is 0.95-0.99x
-the sum of the same GPU's per-op OPT-350M fp32 profile at the same micro-batch (the per-op harness times
-each op alone, so the sum carries its overhead once per op); the other models and fp16 are 1.5-4x off.
+the sum of the same GPU's per-op OPT-350M fp32 profile at the same micro-batch, on all five GPUs (the per-op
+harness times each op alone, so the sum carries its overhead once per op); the nearest other profile,
+GPT-Neo-2.7B in fp16, is 0.76-1.39x depending on the GPU, the others 1.6-4x or under 0.45x.
 ``algo`` 0 is Megatron's tensor parallelism: the per-op profile puts the all-reduce in the projection's and
 FC2's forward and in QKV's and FC1's backward. ``algo`` 1 (another split) is not the lowering's, so skipped.
 
