@@ -30,9 +30,10 @@ BERT and OPT add their attention masks to the scores, so their backward has no m
 code; the generic lowering's MAPE is reported beside it. NeuSight's per-op CSV beside each label shows
 the size of the difference (V100 PCIe, gpt2_large, training, batch 1, one layer): ``gelu_new`` 0.59 ms
 forward and 0.67 ms backward vs 0.06 / 0.11 ms for one fused GELU, the score division 0.22 + 0.22 ms,
-the mask's backward 0.24 ms (a kernel of the lowering's unfused attention since stop 46). With them, the V100 gpt2_large inference at batch 4 predicts (mlp) 19.9 ms
-per layer against a per-op sum of 19.9 ms and 44.0 ms for the lm_head (its 50257 columns are not 16-byte
-aligned) against 38.9 ms; the per-op timings themselves add up to 4 % more than the end-to-end time.
+the mask's backward 0.24 ms (a kernel of the lowering's unfused attention since stop 46). With them, the
+V100 gpt2_large inference at batch 4 predicted (mlp, earlier weights) 19.9 ms per layer against a per-op
+sum of 19.9 ms and 44.0 ms for the lm_head (its 50257 columns are not 16-byte aligned) against 38.9 ms;
+the per-op timings themselves add up to 4 % more than the end-to-end time.
 
 Usage: python benchmarks/e2e_accuracy.py [--data DIR] [--predictors mlp,roofline]
 Writes benchmarks/results/e2e_accuracy.{md,json}.

@@ -6,7 +6,7 @@ FFN 4096, 2,048 tokens per sequence) in fp32 under Megatron-LM, timed forward an
 clocks, micro-batch 1-8, tensor parallel 1-4 (1-8 on the 8-GPU boxes). At tp 1 each forward is 0.95-0.99x
 the sum of the same GPU's per-op OPT-350M fp32 profile at the same micro-batch, on all five GPUs (the per-op
 harness times each op alone, so the sum carries its overhead once per op); the nearest other profile,
-GPT-Neo-2.7B in fp16, is 0.76-1.39x depending on the GPU, the others 1.6-4x or under 0.45x.
+GPT-Neo-2.7B in fp16, is 0.76-1.39x depending on the GPU, the others 1.6-4.2x or under 0.45x.
 ``algo`` 0 is Megatron's tensor parallelism: the per-op profile puts the all-reduce in the projection's and
 FC2's forward and in QKV's and FC1's backward. ``algo`` 1 (another split) is not the lowering's, so skipped.
 
@@ -89,6 +89,7 @@ def layer_time_s(steps: list[Step], predictor, cluster, topo, tp: int) -> float:
 
 
 def aceso_layers_run(data: Path, preds: dict) -> dict:
+    """Every layer case predicted forward and backward by each predictor; MAPE overall, per GPU and per GPU x TP."""
     rows = []
     for case in layer_cases(data):
         gpu = load_gpu(ACESO_GPUS[case["gpu"]])
