@@ -32,7 +32,7 @@ def test_megatron_layer_scales_the_scores_and_computes_no_weight_gradients():
     assert [s for s in bwd if isinstance(s, Collective)] == [s for s in layer_backward(sh) if isinstance(s, Collective)]
 
 
-def test_layer_time_adds_the_tensor_parallel_all_reduces(tmp_path):
+def test_layer_time_adds_the_tensor_parallel_all_reduces():
     from simulator.loading import load_cluster
     from simulator.topology import build_topology
 
