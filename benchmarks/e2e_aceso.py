@@ -105,13 +105,13 @@ def aceso_layers_run(data: Path, preds: dict) -> dict:
                 row[f"{name}_{part}_s"] = t
                 row[f"{name}_{part}_err_pct"] = round(100 * (t - case[f"{part}_s"]) / case[f"{part}_s"], 2)
         rows.append(row)
-    summary: dict[str, dict] = {}
-    for key, sel in [("all", rows)] + [(g, [r for r in rows if r["gpu"] == g]) for g in ACESO_GPUS] + \
-            [(f"{g} tp{tp}", [r for r in rows if r["gpu"] == g and r["tp"] == tp])
-             for g in ACESO_GPUS for tp in sorted({r["tp"] for r in rows})]:
-        if sel:
-            summary[key] = {"n": len(sel), **{f"{n}_{part}": sum(abs(r[f"{n}_{part}_err_pct"]) for r in sel) / len(sel)
-                                              for n in preds for part in ("fwd", "bwd")}}
+    groups: dict[str, list[dict]] = {"all": rows}
+    for r in rows:
+        groups.setdefault(r["gpu"], []).append(r)
+    for r in sorted(rows, key=lambda r: (list(ACESO_GPUS).index(r["gpu"]), r["tp"])):
+        groups.setdefault(f"{r['gpu']} tp{r['tp']}", []).append(r)
+    summary = {key: {"n": len(sel), **{f"{n}_{part}": sum(abs(r[f"{n}_{part}_err_pct"]) for r in sel) / len(sel)
+                                       for n in preds for part in ("fwd", "bwd")}} for key, sel in groups.items()}
     return {"predictors": list(preds), "rows": rows, "mape_pct": summary}
 
 
