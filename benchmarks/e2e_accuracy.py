@@ -15,7 +15,8 @@ Every row is predicted by each available predictor (roofline always, as the base
 vTrain (../shared/data/vtrain/ground_truth_single.csv): 1,440 measured iteration times of GPT models
 (hidden 1024 / 2048, 16 heads, 12-24 layers, 1,024 tokens) on 2, 4 or 8 GPUs of one NVSwitch A100 node,
 every TP x DP x PP split, 1F1B, mixed precision fp16 with activation checkpointing. Simulated as Megatron
-runs them: ``recompute=full``, unfused attention (Megatron-DeepSpeed's default, no flash attention),
+runs them: ``recompute=full``, ``attention="fused-softmax"`` (Megatron-DeepSpeed's default: no flash
+attention, the scores' scale, causal mask and softmax in one fp16 kernel, which 1,024 keys qualify for),
 GPT-2's vocabulary padded to a multiple of 128 x TP, tied embeddings, learned positions, on
 ``topologies/dgx-a100.yaml`` cut to the run's GPU count. Each predictor runs without a host time per
 kernel and with one fitted on the other hidden size's rows (``vtrain_run``); nothing else is fitted.
@@ -198,7 +199,7 @@ def vtrain_setup(case: dict) -> tuple[ClusterSpec, WorkloadSpec, PlanSpec]:
     model = WorkloadSpec(name=f"gpt-h{h}-l{case['layers']}", layers=case["layers"], hidden=h, heads=case["heads"],
                          ffn_hidden=4 * h, vocab=-(-GPT2_VOCAB // multiple) * multiple, seq_len=case["seq"])
     plan = PlanSpec(dp=case["dp"], tp=case["tp"], pp=case["pp"], micro_batch_size=case["micro_batch"],
-                    global_batch_size=case["global_batch"], dtype="fp16", attention="unfused", recompute="full",
+                    global_batch_size=case["global_batch"], dtype="fp16", attention="fused-softmax", recompute="full",
                     loss="unfused")
     return _vtrain_node(case["gpus"]), model, plan
 

@@ -97,7 +97,7 @@ def aceso_layers_run(data: Path, preds: dict) -> dict:
         cluster = box.model_copy(update=dict(gpu=gpu))  # the kernel data's reading of the GPU (dataset.ACESO_GPUS)
         topo = build_topology(cluster)
         sh = Shard(OPT_350M, case["micro_batch"], case["tp"], "tf32" if "tf32" in gpu.peak_flops_per_s else "fp32",
-                   flash=False)
+                   attention="unfused")
         row = dict(case, box=box.name)
         for name, pred in preds.items():
             for part, backward in (("fwd", False), ("bwd", True)):

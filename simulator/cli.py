@@ -42,7 +42,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=int, help="sequences per optimizer step (default dp x micro-batch)")
     p.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe | 1f1b (default 1f1b)")
     p.add_argument("--dtype", default="bf16", help="fp32 | tf32 | bf16 | fp16 (default bf16 mixed precision)")
-    p.add_argument("--attention", default="auto", help="auto | flash | unfused (default: flash for bf16/fp16)")
+    p.add_argument("--attention", default="auto",
+                   help="auto | flash | unfused | fused-softmax (Megatron's scale-mask-softmax kernel) "
+                   "(default: flash for bf16/fp16, unfused otherwise)")
     p.add_argument("--recompute", default="none",
                    help="activation recomputation: none | selective (attention core) | full (every layer)")
     p.add_argument("--loss", default="fused",

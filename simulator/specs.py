@@ -192,6 +192,11 @@ class PlanSpec(Spec):
     reruns only the attention core (score, mask, softmax, dropout, context) and drops its activations,
     which flash attention already does.
 
+    ``attention``: ``flash`` is one fused kernel each way (FlashAttention-2, SDPA); ``unfused`` is PyTorch's
+    eager attention (score BMM, masked_fill, softmax, dropout, context BMM); ``fused-softmax`` is Megatron's
+    default without flash attention, the score's scale, mask and softmax in one half-precision kernel each way
+    (``FusedScaleMaskSoftmax``, masked-softmax fusion). ``auto``: flash for fp16/bf16, unfused otherwise.
+
     ``loss`` is the cross-entropy's implementation: ``fused`` reads the logits once forward and once backward
     (a fused kernel: Apex, Liger, Megatron's ``--cross-entropy-loss-fusion``); ``unfused`` is Megatron's
     default vocab-parallel cross entropy, elementwise passes over an fp32 copy of the logits."""
@@ -203,7 +208,7 @@ class PlanSpec(Spec):
     global_batch_size: PositiveInt = 1
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "bf16"
-    attention: Literal["auto", "flash", "unfused"] = "auto"
+    attention: Literal["auto", "flash", "unfused", "fused-softmax"] = "auto"
     recompute: Literal["none", "selective", "full"] = "none"
     loss: Literal["fused", "unfused"] = "fused"
     host_overhead_s: NonNegativeFloat = 0.0  # host time to issue one kernel (0: the host always keeps up)

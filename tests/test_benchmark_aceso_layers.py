@@ -20,7 +20,7 @@ def test_reads_megatrons_split_only(tmp_path):
 
 
 def test_megatron_layer_scales_the_scores_and_computes_no_weight_gradients():
-    sh = Shard(ea.OPT_350M, 1, 2, "fp32", flash=False)
+    sh = Shard(ea.OPT_350M, 1, 2, "fp32", attention="unfused")
     fwd, bwd = ea.megatron_steps(sh, backward=False), ea.megatron_steps(sh, backward=True)
     ops = lambda steps: [s.kernel.op for s in steps if isinstance(s, Compute)]  # noqa: E731
     i = ops(fwd).index("mul_scalar")
@@ -38,7 +38,7 @@ def test_layer_time_adds_the_tensor_parallel_all_reduces():
 
     cluster = load_cluster("v100x4-power9")
     topo, pred = build_topology(cluster), get_predictor("roofline")
-    sh1, sh2 = (Shard(ea.OPT_350M, 1, tp, "fp32", flash=False) for tp in (1, 2))
+    sh1, sh2 = (Shard(ea.OPT_350M, 1, tp, "fp32", attention="unfused") for tp in (1, 2))
     t1 = ea.layer_time_s(ea.megatron_steps(sh1, False), pred, cluster, topo, 1)
     t2 = ea.layer_time_s(ea.megatron_steps(sh2, False), pred, cluster, topo, 2)
     compute2 = sum(pred.latency_s([s.kernel for s in ea.megatron_steps(sh2, False) if isinstance(s, Compute)],

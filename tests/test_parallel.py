@@ -38,6 +38,8 @@ def test_1f1b_warmup_depth():
     (plan(tp=3, dp=1, global_batch_size=1), "tp=3 does not divide 8 attention heads"),
     (plan(pp=3, dp=1, global_batch_size=1), "pp=3 does not divide 4 layers"),
     (plan(dp=4, global_batch_size=6), "global batch 6 is not a multiple"),
+    (plan(dp=4, dtype="fp16", attention="fused-softmax"), None),
+    (plan(dp=4, dtype="fp32", attention="fused-softmax"), "half-precision kernel, not for dtype fp32"),
 ])
 def test_check_plan_reasons(p, reason):
     cluster = make_cluster(4) if p.num_gpus in (4, 3) else make_cluster(p.num_gpus)
@@ -46,6 +48,13 @@ def test_check_plan_reasons(p, reason):
     else:
         with pytest.raises(InfeasiblePlan, match=reason):
             check_plan(p, cluster, tiny_model())
+
+
+def test_fused_softmax_key_range_checked():
+    long = tiny_model(seq_len=32768)
+    with pytest.raises(InfeasiblePlan, match="takes 17-16,384 keys, not seq_len 32,768"):
+        check_plan(plan(dp=4, dtype="bf16", attention="fused-softmax"), make_cluster(4), long)
+    check_plan(plan(dp=4, dtype="bf16", attention="flash"), make_cluster(4), long)
 
 
 def test_dtype_support_checked():

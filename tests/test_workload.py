@@ -63,6 +63,33 @@ def test_unfused_attention_backward_has_the_masks_gradient():
         assert len(fwd) == len(bwd) == n and fwd == bwd
 
 
+def test_fused_softmax_attention_is_one_kernel_each_way_where_unfused_runs_three():
+    # Megatron's FusedScaleMaskSoftmax: scale, mask and softmax in one kernel, causal for a decoder
+    for arch, op in (("decoder", "softmax_causal"), ("encoder", "softmax")):
+        m = tiny_model(architecture=arch)
+        plan = PlanSpec(dtype="fp16", attention="fused-softmax")
+        sh = make_shard(m, plan)
+        fwd = [s.kernel.op for s in layer_forward(sh) if isinstance(s, Compute) and s.kernel.family != "gemm"]
+        bwd = [s.kernel.op for s in layer_backward(sh) if isinstance(s, Compute) and s.kernel.family != "gemm"]
+        assert fwd.count(op) == 1 and "masked_fill" not in fwd and "flash_attn" not in fwd
+        assert bwd.count(f"{op}_bwd") == 1 and "masked_fill" not in bwd and "mul" not in bwd
+        unfused = make_shard(m, plan.model_copy(update=dict(attention="unfused")))
+        # the same GEMMs and the same attention dropout; only the softmax's passes differ
+        gemms = lambda steps: [s.kernel for s in steps if isinstance(s, Compute) and s.kernel.family == "gemm"]  # noqa: E731
+        assert gemms(layer_forward(sh)) == gemms(layer_forward(unfused))
+        assert gemms(layer_backward(sh)) == gemms(layer_backward(unfused))
+        sel = make_shard(m, plan.model_copy(update=dict(recompute="selective")))
+        assert [s.kernel.op for s in layer_backward(sel) if s.name == "recompute.attn.softmax"] == [op]
+
+
+def test_fused_softmax_attention_moves_fewer_bytes_than_unfused():
+    def attention_bytes(attention):
+        sh = make_shard(tiny_model(), PlanSpec(dtype="bf16", attention=attention))
+        return sum(s.kernel.bytes for s in layer_forward(sh) + layer_backward(sh) if isinstance(s, Compute))
+
+    assert attention_bytes("fused-softmax") < attention_bytes("unfused")
+
+
 def test_swiglu_rmsnorm_rope_variants():
     m = tiny_model(activation="swiglu", norm="rmsnorm", position_embedding="rope", kv_heads=2, bias=False)
     ops = [s.kernel.op for s in layer_forward(make_shard(m, PlanSpec())) if isinstance(s, Compute)]

@@ -10,6 +10,10 @@ MAX_MICRO_BATCHES = 100_000
 #: Layer passes (layers per stage x micro-batches) per step, likewise: 10^9 layers ran until killed, while a
 #: 1,000-layer model (DeepNet) at 1,000 micro-batches is 10^6 (GPT-3 175B at tp8 pp8, 96 micro-batches: 1,152).
 MAX_LAYER_PASSES = 1_000_000
+#: Keys per row Megatron-LM's fused softmax kernels take (``FusedScaleMaskSoftmax.is_kernel_available``:
+#: 16 < keys <= 16384 in current releases, at most 2048, then 4096 in earlier ones). Outside it, and in
+#: fp32, Megatron runs the torch path, which is ``attention: unfused``.
+FUSED_SOFTMAX_KEYS = (17, 16384)
 
 
 def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[str]:
@@ -41,6 +45,14 @@ def _reasons(plan: PlanSpec, cluster: ClusterSpec, model: WorkloadSpec) -> list[
             f"{per_stage:,} layers per stage x {plan.num_micro_batches:,} micro-batches = "
             f"{per_stage * plan.num_micro_batches:,} layer passes per stage; the simulator runs each "
             f"one and takes at most {MAX_LAYER_PASSES:,}")
+    if plan.attention == "fused-softmax":
+        if not plan.mixed_precision:
+            reasons.append(f"attention fused-softmax is a half-precision kernel, not for dtype {plan.dtype} "
+                           "(Megatron runs fp32 attention unfused)")
+        lo, hi = FUSED_SOFTMAX_KEYS
+        if not lo <= model.seq_len <= hi:
+            reasons.append(f"attention fused-softmax takes {lo}-{hi:,} keys, not seq_len {model.seq_len:,} "
+                           "(Megatron falls back to attention unfused)")
     if not cluster.gpu.supports(plan.dtype):
         reasons.append(f"{cluster.gpu.name} has no {plan.dtype} support (it has {', '.join(cluster.gpu.peak_flops_per_s)})")
     return reasons

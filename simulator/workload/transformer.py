@@ -40,7 +40,7 @@ class Shard:
     micro_batch: int
     tp: int
     dtype: str  # compute dtype of GEMMs: fp32 | tf32 | bf16 | fp16
-    flash: bool
+    attention: str  # flash | unfused | fused-softmax (PlanSpec.attention, "auto" resolved)
     recompute: str = "none"  # none | selective | full (PlanSpec.recompute)
     loss: str = "fused"  # fused | unfused (PlanSpec.loss)
 
@@ -61,10 +61,16 @@ class Shard:
     def causal(self) -> bool:
         return self.model.architecture == "decoder"
 
+    @property
+    def flash(self) -> bool:
+        return self.attention == "flash"
+
 
 def make_shard(model: WorkloadSpec, plan: PlanSpec) -> Shard:
-    flash = plan.attention == "flash" or (plan.attention == "auto" and plan.mixed_precision)
-    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, flash, plan.recompute, plan.loss)
+    attention = plan.attention
+    if attention == "auto":
+        attention = "flash" if plan.mixed_precision else "unfused"
+    return Shard(model, plan.micro_batch_size, plan.tp, plan.dtype, attention, plan.recompute, plan.loss)
 
 
 def prefixed(step: Step, prefix: str) -> Step:
@@ -117,18 +123,30 @@ def _fc1_width(sh: Shard) -> int:
     return gates * sh.model.ffn_hidden // sh.tp
 
 
+def _fused_softmax(sh: Shard, backward: bool) -> str:
+    """Megatron's scale-mask-softmax kernel (``FusedScaleMaskSoftmax``): the upper-triangular one under a
+    causal mask, which touches only the unmasked half; under a padding mask ``scaled_masked_softmax``, a
+    full pass each way, predicted as PyTorch's softmax (the nearest kernel with measurements)."""
+    op = "softmax_causal" if sh.causal else "softmax"
+    return op + "_bwd" if backward else op
+
+
 def _attention_core(sh: Shard) -> list[Step]:
     """Attention from Q, K, V to the context: one fused kernel, or score BMM, mask, softmax, dropout and
-    context BMM (what selective recomputation reruns)."""
+    context BMM (what selective recomputation reruns); ``fused-softmax`` scales, masks and normalises the
+    scores in one kernel."""
     m = sh.model
     heads, d, s, b = m.heads // sh.tp, m.head_dim, m.seq_len, sh.micro_batch
     if sh.flash:
         return [Compute("attn.flash", Kernel("flash_attn", sh.dtype, (b, heads, s, s, d, int(sh.causal))))]
     rows = b * heads * s
+    if sh.attention == "fused-softmax":
+        softmax = [_v("attn.softmax", _fused_softmax(sh, backward=False), rows, s, sh)]
+    else:
+        softmax = [_v("attn.mask", "masked_fill", rows, s, sh), _v("attn.softmax", "softmax", rows, s, sh)]
     return [
         Compute("attn.score", gemm(s, s, d, sh.dtype, b=b * heads, layout="nt")),
-        _v("attn.mask", "masked_fill", rows, s, sh),
-        _v("attn.softmax", "softmax", rows, s, sh),
+        *softmax,
         _v("attn.dropout", "dropout", rows, s, sh),
         Compute("attn.context", gemm(s, d, s, sh.dtype, b=b * heads, layout="nn")),
     ]
@@ -150,15 +168,21 @@ def _attention_bwd(sh: Shard) -> list[Step]:
         steps.append(Compute("attn.flash_bwd", Kernel("flash_attn_bwd", sh.dtype, (b, heads, s, s, d, int(sh.causal)))))
     else:
         rows, bh = b * heads * s, b * heads
+        if sh.attention == "fused-softmax":
+            softmax = [_v("attn.softmax_bwd", _fused_softmax(sh, backward=True), rows, s, sh)]
+        else:
+            softmax = [
+                # torch's softmax backward: grad * output (an elementwise Mul kernel), then the row kernel
+                _v("attn.softmax_bwd.mul", "mul", rows, s, sh),
+                _v("attn.softmax_bwd", "softmax_bwd", rows, s, sh),
+                # the mask's gradient: masked_fill's backward fills the masked scores' gradient with zeros
+                _v("attn.mask_bwd", "masked_fill", rows, s, sh),
+            ]
         steps += [
             Compute("attn.context.dgrad_p", gemm(s, s, d, sh.dtype, b=bh, layout="nt")),  # dP = dO V^T
             Compute("attn.context.dgrad_v", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dV = P^T dO
             _v("attn.dropout_bwd", "dropout_bwd", rows, s, sh),
-            # torch's softmax backward: grad * output (an elementwise Mul kernel), then the row kernel
-            _v("attn.softmax_bwd.mul", "mul", rows, s, sh),
-            _v("attn.softmax_bwd", "softmax_bwd", rows, s, sh),
-            # the mask's gradient: masked_fill's backward fills the masked scores' gradient with zeros
-            _v("attn.mask_bwd", "masked_fill", rows, s, sh),
+            *softmax,
             Compute("attn.score.dgrad_q", gemm(s, d, s, sh.dtype, b=bh, layout="nn")),  # dQ = dS K
             Compute("attn.score.dgrad_k", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dK = dS^T Q
         ]
