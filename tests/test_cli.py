@@ -16,6 +16,12 @@ def test_simulate_prints_summary(capsys):
         assert word in out
 
 
+def test_summary_names_the_plan_options_that_differ_from_the_defaults(capsys):
+    assert main(BASE + ["--dp", "4", "--dtype", "fp16", "--attention", "fused-softmax", "--recompute", "full"]) == 0
+    plan_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("plan:"))
+    assert "attention=fused-softmax" in plan_line and "recompute=full" in plan_line and "loss=" not in plan_line
+
+
 def test_json_to_stdout_has_step_time_first(capsys):
     assert main(BASE + ["--tp", "4", "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -27,6 +27,7 @@ def format_summary(r: SimulationResult) -> str:
         f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} micro-batch={p['micro_batch_size']} "
         f"global-batch={p['global_batch_size']} ({p['global_batch_size'] // (p['dp'] * p['micro_batch_size'])} "
         f"micro-batches) schedule={p['schedule']} dtype={p['dtype']}"
+        + (f" attention={p['attention']}" if p.get("attention", "auto") != "auto" else "")
         + (f" recompute={p['recompute']}" if p.get("recompute", "none") != "none" else "")
         + (f" loss={p['loss']}" if p.get("loss", "fused") != "fused" else "")
         + (f" host-overhead={p['host_overhead_s'] * 1e6:g}us" if p.get("host_overhead_s") else ""),
