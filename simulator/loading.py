@@ -92,27 +92,31 @@ def _hf_gpt2(c: dict) -> dict:
     h = c["n_embd"]
     return dict(layers=c["n_layer"], hidden=h, heads=c["n_head"], ffn_hidden=c.get("n_inner") or 4 * h,
                 vocab=c["vocab_size"], seq_len=c.get("n_positions") or c.get("n_ctx"),
-                activation="relu" if c.get("activation_function") == "relu" else "gelu")
+                activation="relu" if c.get("activation_function") == "relu" else "gelu",
+                hidden_dropout=c.get("resid_pdrop", 0.1), attention_dropout=c.get("attn_pdrop", 0.1))
 
 
 def _hf_bert(c: dict) -> dict:
     return dict(architecture="encoder", layers=c["num_hidden_layers"], hidden=c["hidden_size"],
                 heads=c["num_attention_heads"], ffn_hidden=c["intermediate_size"], vocab=c["vocab_size"],
-                seq_len=c.get("max_position_embeddings", 512))
+                seq_len=c.get("max_position_embeddings", 512), hidden_dropout=c.get("hidden_dropout_prob", 0.1),
+                attention_dropout=c.get("attention_probs_dropout_prob", 0.1))
 
 
 def _hf_opt(c: dict) -> dict:
     return dict(layers=c["num_hidden_layers"], hidden=c["hidden_size"], heads=c["num_attention_heads"],
                 ffn_hidden=c["ffn_dim"], vocab=c["vocab_size"], seq_len=c.get("max_position_embeddings", 2048),
                 activation="relu" if c.get("activation_function", "relu") == "relu" else "gelu",
-                tied_embeddings=c.get("tie_word_embeddings", True))
+                tied_embeddings=c.get("tie_word_embeddings", True), hidden_dropout=c.get("dropout", 0.1),
+                attention_dropout=c.get("attention_dropout", 0.0))
 
 
 def _hf_llama(c: dict) -> dict:
     return dict(layers=c["num_hidden_layers"], hidden=c["hidden_size"], heads=c["num_attention_heads"],
                 kv_heads=c.get("num_key_value_heads"), ffn_hidden=c["intermediate_size"], vocab=c["vocab_size"],
                 seq_len=min(c.get("max_position_embeddings", 4096), 8192), activation="swiglu", norm="rmsnorm",
-                position_embedding="rope", bias=False, tied_embeddings=c.get("tie_word_embeddings", False))
+                position_embedding="rope", bias=False, tied_embeddings=c.get("tie_word_embeddings", False),
+                hidden_dropout=0.0, attention_dropout=c.get("attention_dropout", 0.0))
 
 
 HF_FAMILIES = {"gpt2": _hf_gpt2, "bert": _hf_bert, "roberta": _hf_bert, "opt": _hf_opt, "llama": _hf_llama,

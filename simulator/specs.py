@@ -149,7 +149,12 @@ class ClusterSpec(Spec):
 
 
 class WorkloadSpec(Spec):
-    """A transformer. ``ffn_hidden`` is the width of the MLP's inner layer (per gate for SwiGLU)."""
+    """A transformer. ``ffn_hidden`` is the width of the MLP's inner layer (per gate for SwiGLU).
+
+    ``hidden_dropout`` is the dropout probability after the embedding, the attention's output projection and
+    the MLP (Megatron's ``--hidden-dropout``; Hugging Face's ``resid_pdrop``, ``hidden_dropout_prob``,
+    ``dropout``), ``attention_dropout`` the one on the attention probabilities; at 0 no dropout kernel runs
+    (PyTorch returns the input) and no mask is kept (Llama-style models train without dropout)."""
 
     name: str
     architecture: Literal["decoder", "encoder"] = "decoder"
@@ -165,6 +170,8 @@ class WorkloadSpec(Spec):
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     position_embedding: Literal["learned", "rope", "none"] = "learned"
     bias: bool = True
+    hidden_dropout: float = Field(0.1, ge=0, lt=1)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _shapes(self) -> "WorkloadSpec":

@@ -68,6 +68,31 @@ def test_hf_config(tmp_path):
     p.write_text(json.dumps(cfg))
     w = load_workload(str(p))
     assert (w.kv_heads, w.activation, w.norm, w.seq_len) == (2, "swiglu", "rmsnorm", 256)
+    assert (w.hidden_dropout, w.attention_dropout) == (0.0, 0.0)  # Llama has no hidden dropout
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    ({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 128,
+      "resid_pdrop": 0.2, "attn_pdrop": 0.05}, (0.2, 0.05)),
+    ({"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "intermediate_size": 256, "vocab_size": 100}, (0.1, 0.1)),
+    ({"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_dim": 256,
+      "vocab_size": 100, "dropout": 0.1, "attention_dropout": 0.0}, (0.1, 0.0)),
+])
+def test_hf_config_dropout(tmp_path, cfg, expected):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    w = load_workload(str(p))
+    assert (w.hidden_dropout, w.attention_dropout) == expected
+
+
+def test_dropout_probability_out_of_range_is_a_config_error(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("name: w\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\nseq_len: 128\n"
+                 "hidden_dropout: 1.5\n")
+    with pytest.raises(ConfigError) as exc:
+        load_workload(str(p))
+    assert exc.value.field == "hidden_dropout"
 
 
 def test_cluster_errors_name_file_and_field(tmp_path):

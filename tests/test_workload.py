@@ -2,8 +2,8 @@ import pytest
 
 from simulator.specs import PlanSpec
 from simulator.workload import memory
-from simulator.workload.transformer import (Collective, Compute, head_backward, head_forward, layer_backward, layer_forward,
-                                            make_shard, optimizer_step)
+from simulator.workload.transformer import (Collective, Compute, embedding_backward, embedding_forward, head_backward,
+                                            head_forward, layer_backward, layer_forward, make_shard, optimizer_step)
 
 from conftest import tiny_model
 
@@ -88,6 +88,28 @@ def test_fused_softmax_attention_moves_fewer_bytes_than_unfused():
         return sum(s.kernel.bytes for s in layer_forward(sh) + layer_backward(sh) if isinstance(s, Compute))
 
     assert attention_bytes("fused-softmax") < attention_bytes("unfused")
+
+
+def test_no_dropout_kernels_at_probability_zero():
+    def dropouts(model, plan):
+        sh = make_shard(model, plan)
+        steps = embedding_forward(sh) + layer_forward(sh) + layer_backward(sh) + embedding_backward(sh)
+        return [s.name for s in steps if isinstance(s, Compute) and s.kernel.op.startswith("dropout")]
+
+    fp32 = PlanSpec(dtype="fp32")  # unfused attention: the attention dropout is a kernel of its own
+    assert len(dropouts(tiny_model(), fp32)) == 2 * (1 + 2 + 1)  # embedding, two hidden, attention; each way
+    assert dropouts(tiny_model(hidden_dropout=0.0), fp32) == ["attn.dropout", "attn.dropout_bwd"]
+    assert len(dropouts(tiny_model(attention_dropout=0.0), fp32)) == 2 * 3
+    assert dropouts(tiny_model(hidden_dropout=0.0, attention_dropout=0.0), fp32) == []
+
+
+def test_activation_memory_without_dropout_drops_masks_and_dropout_outputs():
+    s, h, a, t = 128, 256, 8, 2
+    p = PlanSpec(tp=t, dtype="bf16")
+    for hidden, attention, replicated, per_score in ((0.1, 0.1, 10, 5), (0.0, 0.1, 8, 5), (0.1, 0.0, 10, 2)):
+        m = tiny_model(hidden_dropout=hidden, attention_dropout=attention)
+        assert memory.activation_bytes_per_layer(m, p, flash=False) == pytest.approx(
+            s * h * (replicated + 24 / t + per_score * a * s / (h * t)))
 
 
 def test_swiglu_rmsnorm_rope_variants():

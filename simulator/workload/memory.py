@@ -4,7 +4,8 @@ Activation memory follows Korthikanti et al. 2022 ("Reducing Activation Recomput
 Transformer Models", eq. 2 with tensor parallelism, no sequence parallelism): per layer and
 micro-batch ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes with 2-byte activations; scaled here by the
 activation element size, with the 5as/h term (attention scores) dropped when flash attention keeps
-them out of memory or selective recomputation drops them (their section 5). Full recomputation keeps
+them out of memory or selective recomputation drops them (their section 5), and the dropout masks and
+outputs dropped for a model without dropout. Full recomputation keeps
 each layer's input, 2sbh bytes (their section 4.1); either way the layer being back-propagated holds
 what it recomputed as well. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
 """
@@ -89,7 +90,11 @@ def activation_bytes_per_layer(m: WorkloadSpec, plan: PlanSpec, flash: bool, sto
         per_2byte = 2 * s * b * h
     else:
         scores = flash or (stored and plan.recompute == "selective")
-        per_2byte = s * b * h * (10 + 24 / t + (0 if scores else 5 * a * s / (h * t)))
+        # the 10: both norms' inputs (4), QKV's and FC1's inputs (4) and the two 1-byte hidden dropout masks;
+        # the 5 per score: softmax output (2), dropout mask (1) and output (2), 2 without attention dropout
+        replicated = 8 + (2 if m.hidden_dropout > 0 else 0)
+        per_score = 5 if m.attention_dropout > 0 else 2
+        per_2byte = s * b * h * (replicated + 24 / t + (0 if scores else per_score * a * s / (h * t)))
     act_bytes = 4 if plan.dtype in ("fp32", "tf32") else 2
     return per_2byte * act_bytes / 2
 

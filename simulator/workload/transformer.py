@@ -95,6 +95,15 @@ def _v(name: str, op: str, rows: int, cols: int, sh: Shard) -> Step:
     return Compute(name, vector(op, rows, cols, sh.act_dtype))
 
 
+def _dropout(name: str, backward: bool, rows: int, cols: int, sh: Shard, p: float) -> list[Step]:
+    """A dropout kernel (or its backward), none at probability 0."""
+    return [_v(name, "dropout_bwd" if backward else "dropout", rows, cols, sh)] if p > 0 else []
+
+
+def _hidden_dropout(name: str, sh: Shard, backward: bool = False) -> list[Step]:
+    return _dropout(name, backward, sh.tokens, sh.model.hidden, sh, sh.model.hidden_dropout)
+
+
 def _tp_all_reduce(name: str, sh: Shard) -> list[Step]:
     if sh.tp == 1:
         return []
@@ -147,7 +156,7 @@ def _attention_core(sh: Shard) -> list[Step]:
     return [
         Compute("attn.score", gemm(s, s, d, sh.dtype, b=b * heads, layout="nt")),
         *softmax,
-        _v("attn.dropout", "dropout", rows, s, sh),
+        *_dropout("attn.dropout", False, rows, s, sh, m.attention_dropout),
         Compute("attn.context", gemm(s, d, s, sh.dtype, b=b * heads, layout="nn")),
     ]
 
@@ -181,7 +190,7 @@ def _attention_bwd(sh: Shard) -> list[Step]:
         steps += [
             Compute("attn.context.dgrad_p", gemm(s, s, d, sh.dtype, b=bh, layout="nt")),  # dP = dO V^T
             Compute("attn.context.dgrad_v", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dV = P^T dO
-            _v("attn.dropout_bwd", "dropout_bwd", rows, s, sh),
+            *_dropout("attn.dropout_bwd", True, rows, s, sh, m.attention_dropout),
             *softmax,
             Compute("attn.score.dgrad_q", gemm(s, d, s, sh.dtype, b=bh, layout="nn")),  # dQ = dS K
             Compute("attn.score.dgrad_k", gemm(s, d, s, sh.dtype, b=bh, layout="tn")),  # dK = dS^T Q
@@ -211,14 +220,14 @@ def layer_forward(sh: Shard) -> list[Step]:
         *_attention_fwd(sh),
         _linear_fwd("attn.proj", t, attn_width, h, sh),
         *_tp_all_reduce("attn.all_reduce", sh),
-        _v("attn.dropout_out", "dropout", t, h, sh),
+        *_hidden_dropout("attn.dropout_out", sh),
         _v("attn.residual", "add", t, h, sh),
         _v("norm2", _norm(sh), t, h, sh),
         _linear_fwd("mlp.fc1", t, h, _fc1_width(sh), sh),
         _activation_fwd(sh),
         _linear_fwd("mlp.fc2", t, m.ffn_hidden // sh.tp, h, sh),
         *_tp_all_reduce("mlp.all_reduce", sh),
-        _v("mlp.dropout_out", "dropout", t, h, sh),
+        *_hidden_dropout("mlp.dropout_out", sh),
         _v("mlp.residual", "add", t, h, sh),
     ]
 
@@ -239,14 +248,14 @@ def layer_backward(sh: Shard) -> list[Step]:
     attn_width = m.heads * m.head_dim // sh.tp
     layer, attention = _recomputed(sh)
     return layer + [
-        _v("mlp.dropout_out_bwd", "dropout_bwd", t, h, sh),
+        *_hidden_dropout("mlp.dropout_out_bwd", sh, backward=True),
         *_linear_bwd("mlp.fc2", t, m.ffn_hidden // sh.tp, h, sh),
         _activation_bwd(sh),
         *_linear_bwd("mlp.fc1", t, h, _fc1_width(sh), sh),
         *_tp_all_reduce("mlp.fc1.dgrad_all_reduce", sh),
         *_norm_bwd("norm2", sh),
         _v("mlp.residual_bwd", "add", t, h, sh),
-        _v("attn.dropout_out_bwd", "dropout_bwd", t, h, sh),
+        *_hidden_dropout("attn.dropout_out_bwd", sh, backward=True),
         *_linear_bwd("attn.proj", t, attn_width, h, sh),
         *attention,
         *_attention_bwd(sh),
@@ -267,13 +276,12 @@ def embedding_forward(sh: Shard) -> list[Step]:
             Compute("embed.positions", Kernel("embedding", sh.act_dtype, (t, h, m.seq_len))),
             _v("embed.add", "add", t, h, sh),
         ]
-    steps.append(_v("embed.dropout", "dropout", t, h, sh))
-    return steps
+    return steps + _hidden_dropout("embed.dropout", sh)
 
 
 def embedding_backward(sh: Shard) -> list[Step]:
     m, t, h = sh.model, sh.tokens, sh.model.hidden
-    steps: list[Step] = [_v("embed.dropout_bwd", "dropout_bwd", t, h, sh)]
+    steps: list[Step] = _hidden_dropout("embed.dropout_bwd", sh, backward=True)
     if m.position_embedding == "learned":
         steps.append(Compute("embed.positions_bwd", Kernel("embedding_bwd", sh.act_dtype, (t, h, m.seq_len))))
     steps.append(Compute("embed.tokens_bwd", Kernel("embedding_bwd", sh.act_dtype, (t, h, m.vocab // sh.tp))))
