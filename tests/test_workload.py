@@ -112,6 +112,14 @@ def test_activation_memory_without_dropout_drops_masks_and_dropout_outputs():
             s * h * (replicated + 24 / t + per_score * a * s / (h * t)))
 
 
+def test_activation_memory_of_gqa_and_swiglu_layers():
+    # what tensor parallelism splits: Q, K, V and the projection's input; SwiGLU's gate, up and product
+    m = tiny_model(activation="swiglu", kv_heads=2, ffn_hidden=700, hidden_dropout=0.0, attention_dropout=0.0)
+    s, h = 128, 256
+    split = 2 + 2 * 2 / 8 + 2 * 2 / 8 + 2 + 3 * 2 * 700 / h
+    assert memory.activation_bytes_per_layer(m, PlanSpec(tp=4), flash=True) == pytest.approx(s * h * (8 + split / 4))
+
+
 def test_swiglu_rmsnorm_rope_variants():
     m = tiny_model(activation="swiglu", norm="rmsnorm", position_embedding="rope", kv_heads=2, bias=False)
     ops = [s.kernel.op for s in layer_forward(make_shard(m, PlanSpec())) if isinstance(s, Compute)]

@@ -2,12 +2,12 @@
 
 Activation memory follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", eq. 2 with tensor parallelism, no sequence parallelism): per layer and
-micro-batch ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes with 2-byte activations; scaled here by the
+micro-batch ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` bytes with 2-byte activations (the 24 generalised to
+grouped-query attention, any FFN width and SwiGLU: ``_split_per_token``); scaled here by the
 activation element size, with the 5as/h term (attention scores) dropped when flash attention keeps
 them out of memory or selective recomputation drops them (their section 5), and the dropout masks and
-outputs dropped for a model without dropout. Full recomputation keeps
-each layer's input, 2sbh bytes (their section 4.1); either way the layer being back-propagated holds
-what it recomputed as well. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
+outputs dropped for a model without dropout. Full recomputation keeps each layer's input, 2sbh bytes
+(their section 4.1); either way the layer being back-propagated holds what it recomputed as well. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
 """
 from __future__ import annotations
 
@@ -82,6 +82,15 @@ class MemoryEstimate:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
 
+def _split_per_token(m: WorkloadSpec) -> float:
+    """Korthikanti's 24 (in 2-byte units of the hidden size) for the tensors tensor parallelism splits, for any
+    head grouping and MLP: Q, K (for QK^T), V and the projection's input, 4 + 4 kv/heads; the MLP's activation
+    input and FC2's input, 2 x 2 ffn/h for GELU / ReLU (16 at ffn = 4h), 2 x 3 ffn/h for SwiGLU (gate, up,
+    product)."""
+    mlp_tensors = 3 if m.activation == "swiglu" else 2
+    return 4 + 4 * m.num_kv_heads / m.heads + 2 * mlp_tensors * m.ffn_hidden / m.hidden
+
+
 def activation_bytes_per_layer(m: WorkloadSpec, plan: PlanSpec, flash: bool, stored: bool = True) -> float:
     """Activation bytes one layer keeps per micro-batch until its backward (``stored``), or holds while it
     runs its backward (``stored=False``: everything, recomputed or not)."""
@@ -94,7 +103,7 @@ def activation_bytes_per_layer(m: WorkloadSpec, plan: PlanSpec, flash: bool, sto
         # the 5 per score: softmax output (2), dropout mask (1) and output (2), 2 without attention dropout
         replicated = 8 + (2 if m.hidden_dropout > 0 else 0)
         per_score = 5 if m.attention_dropout > 0 else 2
-        per_2byte = s * b * h * (replicated + 24 / t + (0 if scores else per_score * a * s / (h * t)))
+        per_2byte = s * b * h * (replicated + _split_per_token(m) / t + (0 if scores else per_score * a * s / (h * t)))
     act_bytes = 4 if plan.dtype in ("fp32", "tf32") else 2
     return per_2byte * act_bytes / 2
 
