@@ -105,3 +105,19 @@ def test_gpipe_bubble_shrinks_with_more_micro_batches():
         r = simulate(cluster, model, plan(pp=4, global_batch_size=m, schedule="gpipe"), "roofline")
         frac.append(r.bubble_s / r.step_time_s)
     assert frac[0] > frac[1] > frac[2]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(PLANS), st.sampled_from([64, 128, 512]), st.sampled_from(["decoder", "encoder"]),
+       st.sampled_from(["mlp", "roofline"]))
+def test_fewer_passes_over_the_scores_are_never_slower(fields, seq_len, architecture, predictor):
+    """One fused softmax kernel each way, or no dropout, never makes a step slower or use more memory."""
+    model = tiny_model(seq_len=seq_len, architecture=architecture)
+    cluster = make_cluster(4)
+    base = plan(dtype="fp16", attention="unfused", **fields)
+    ref = simulate(cluster, model, base, predictor)
+    for m, p in ((model, base.model_copy(update=dict(attention="fused-softmax"))),
+                 (model.model_copy(update=dict(hidden_dropout=0.0, attention_dropout=0.0)), base)):
+        r = simulate(cluster, m, p, predictor)
+        assert r.step_time_s <= ref.step_time_s * (1 + 1e-9)
+        assert r.peak_memory_bytes <= ref.peak_memory_bytes
