@@ -7,7 +7,8 @@ grouped-query attention, any FFN width and SwiGLU: ``_split_per_token``); scaled
 activation element size, with the 5as/h term (attention scores) dropped when flash attention keeps
 them out of memory or selective recomputation drops them (their section 5), and the dropout masks and
 outputs dropped for a model without dropout. Full recomputation keeps each layer's input, 2sbh bytes
-(their section 4.1); either way the layer being back-propagated holds what it recomputed as well. Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
+(their section 4.1); either way the layer being back-propagated holds what it recomputed as well.
+Model FLOPs per step follow Narayanan et al. 2021 (eq. 3, no recompute).
 """
 from __future__ import annotations
 
