@@ -27,9 +27,10 @@ def train_in_children(args, folds: list[str], script: Path, results_dir: Path) -
         if getattr(args, key) is not None:
             base += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     names = [f"{args.name or 'kernel_accuracy'}-part{i}" for i in range(args.jobs)]
-    children = [subprocess.Popen(base + ["--folds", ",".join(share), "--name", name], stdout=subprocess.DEVNULL)
-                for share, name in zip(fold_shares(folds, args.jobs), names)]
-    failed = [c.args[-3] for c in children if c.wait() != 0]
+    shares = [",".join(share) for share in fold_shares(folds, args.jobs)]
+    children = [subprocess.Popen(base + ["--folds", share, "--name", name], stdout=subprocess.DEVNULL)
+                for share, name in zip(shares, names)]
+    failed = [share for share, c in zip(shares, children) if c.wait() != 0]
     for name in names:
         for suffix in (".md", ".json"):
             (results_dir / f"{name}{suffix}").unlink(missing_ok=True)

@@ -290,8 +290,8 @@ def load_all(root: Path, include_test: bool = False,
         rows += load_neusight(root, "test")
     gpus: dict[str, GpuSpec] = {}
     shipped = collected_folders(root)
-    users = [f for f in dict.fromkeys(check_collected(Path(c)) for c in collected)
-             if f not in {p.resolve() for p in shipped}]
+    shipped_resolved = {p.resolve() for p in shipped}
+    users = [f for f in dict.fromkeys(check_collected(Path(c)) for c in collected) if f not in shipped_resolved]
     for folder, split in [(f, collected_split(f)) for f in shipped] + [(f, "train") for f in users]:
         if include_test or split == "train":
             extra, specs = load_collected(folder, split)
